@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Bootstrap for a fresh machine with only Python 3.11+: the README's two commands.
+
+    python3 tasklab.py lab    # set up .venv, start PostgreSQL + Redis, open JupyterLab
+    python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration, notebooks)
+
+Standard library only. The virtual environment lives in `.venv/` and is reinstalled when
+`pyproject.toml` changes. Extra arguments after `test` go to pytest
+(e.g. `python3 tasklab.py test tests/unit -x`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".tasklab-installed"
+
+#: Notebook runs: cell timeout (nbval's default is 2000 s) and what to sanitize.
+NBVAL_ARGS = ["--nbval", "--nbval-cell-timeout=120",
+              "--nbval-sanitize-with", str(ROOT / "notebooks" / "sanitize.cfg")]
+
+
+def _say(msg: str) -> None:
+    print(f"[tasklab] {msg}", flush=True)
+
+
+def ensure_venv() -> None:
+    if sys.version_info < (3, 11):  # noqa: UP036 - this file runs under any python3
+        sys.exit(f"tasklab needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "teamdesk").exists():
+        return
+    start = time.monotonic()
+    if not (BIN / "python").exists():
+        _say(f"creating {VENV} …")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    _say("installing teamdesk with its lab and test dependencies (first run: about a minute) …")
+    pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "install", "--quiet", "--progress-bar", "off", "-e", f"{ROOT}[test]"],
+                   check=True, cwd=ROOT)
+    STAMP.write_text(wanted)
+    _say(f"environment ready in {time.monotonic() - start:.0f} s")
+
+
+def run(args: list[str]) -> int:
+    return subprocess.run(args, cwd=ROOT).returncode
+
+
+def cmd_test(extra: list[str]) -> int:
+    _say("ruff check …")
+    if run([str(BIN / "ruff"), "check", "."]) != 0:
+        return 1
+    targets = extra or ["tests", "notebooks"]
+    _say(f"pytest {' '.join(targets)} …")
+    nb = NBVAL_ARGS if any("notebooks" in t for t in targets) else []
+    return run([str(BIN / "python"), "-m", "pytest", *nb, *targets])
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("lab", "test"):
+        print(__doc__)
+        return 2
+    ensure_venv()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    if argv[0] == "lab":
+        # Replace this process, so Ctrl-C reaches `teamdesk lab` alone and it shuts down
+        # JupyterLab and releases the services itself.
+        os.chdir(ROOT)
+        os.execv(BIN / "teamdesk", [str(BIN / "teamdesk"), "lab", *argv[1:]])
+    return cmd_test(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,238 @@
+"""The `teamdesk` command.
+
+    teamdesk services up|down|status   the embedded PostgreSQL + Redis
+    teamdesk db upgrade                 migrate the database to the latest schema
+    teamdesk seed                       demo team, members, tickets (deterministic)
+    teamdesk lab                        services + schema + demo data, then JupyterLab
+    teamdesk tasks                      the task ledger as a table
+
+Errors a user can act on are printed as one line and exit 2; no stack traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from teamdesk import devservices
+from teamdesk.config import Settings
+from teamdesk.errors import TeamDeskError
+
+
+def _settings(owner: bool = True) -> Settings:
+    """Resolved settings; with the embedded default this process becomes an owner."""
+    return devservices.resolve_settings(owner_pid=os.getpid() if owner else None)
+
+
+# ---------------------------------------------------------------- services
+
+def cmd_services(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        env = Settings.from_env()
+        if env.database_url and env.redis_url:
+            print("DATABASE_URL and REDIS_URL are set: using those servers, starting nothing.")
+            return 0
+        urls = devservices.ensure_services(keep=True)
+        print(f"PostgreSQL  {urls.database_url}")
+        print(f"Redis       {urls.redis_url}")
+        print(f"data folder {devservices.data_dir()}")
+        print("They keep running until `teamdesk services down`.")
+        return 0
+    if args.action == "down":
+        was = devservices.stop_services()
+        print("stopped PostgreSQL and Redis" if was else "nothing was running")
+        return 0
+    info = devservices.status()
+    running = info["postgres_pid"] and info["redis_pid"]
+    print(f"data folder  {info['data_dir']}")
+    print(f"PostgreSQL   {info['postgres_version']}  "
+          f"{'pid ' + str(info['postgres_pid']) if info['postgres_pid'] else 'stopped'}")
+    print(f"Redis        {info['redis_version']}  "
+          f"{'pid ' + str(info['redis_pid']) if info['redis_pid'] else 'stopped'}")
+    if info.get("database_url"):
+        print(f"DATABASE_URL {info['database_url']}")
+        print(f"REDIS_URL    {info['redis_url']}")
+    print(f"kept by      {'`services up`' if info['pinned'] else ''} "
+          f"{'owners ' + ','.join(map(str, info['owners'])) if info['owners'] else ''}".rstrip())
+    env = Settings.from_env()
+    if env.database_url or env.redis_url:
+        print("note: DATABASE_URL/REDIS_URL are set; the product uses those, not these.")
+    return 0 if running else 1
+
+
+# ---------------------------------------------------------------- db, seed
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from teamdesk.db.migrate import upgrade
+
+    settings = _settings()
+    upgrade(settings.database_url)
+    print("database is at the latest schema")
+    return 0
+
+
+async def _seed(settings: Settings, team_id: str, tickets: int, seed: int) -> str:
+    from sqlalchemy import select
+
+    from teamdesk.db.engine import create_engine, session_factory
+    from teamdesk.db.models import Team
+    from teamdesk.seed import seed_demo
+
+    engine = create_engine(settings.database_url)
+    try:
+        sessions = session_factory(engine)
+        async with sessions() as session:
+            if await session.scalar(select(Team).where(Team.id == team_id)) is not None:
+                return f"team {team_id!r} already exists; nothing seeded"
+        async with sessions() as session:
+            summary = await seed_demo(session, team_id=team_id, tickets=tickets, seed=seed)
+        return (f"seeded team {summary.team_id!r}: {summary.members} members, "
+                f"{summary.tickets} tickets")
+    finally:
+        await engine.dispose()
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    from teamdesk.db.migrate import upgrade
+
+    settings = _settings()
+    upgrade(settings.database_url)
+    print(asyncio.run(_seed(settings, args.team, args.tickets, args.seed)))
+    return 0
+
+
+# ---------------------------------------------------------------- tasks table
+
+async def _task_rows(settings: Settings, limit: int) -> list[dict]:
+    from sqlalchemy import select
+
+    from teamdesk.db.engine import create_engine, session_factory
+    from teamdesk.db.models import BackgroundTask
+
+    engine = create_engine(settings.database_url)
+    try:
+        async with session_factory(engine)() as session:
+            tasks = (await session.scalars(
+                select(BackgroundTask).order_by(BackgroundTask.created_at.desc()).limit(limit)
+            )).all()
+        return [
+            {"id": t.id, "type": t.type.value, "run": t.run, "status": t.status.value,
+             "attempts": t.attempts, "progress": t.progress,
+             "execution": (t.execution_id or "")[:8],
+             "dispatched_at": t.dispatched_at.strftime("%H:%M:%S") if t.dispatched_at else "",
+             "job_id": f"{t.id}-{t.run}"}
+            for t in tasks
+        ]
+    finally:
+        await engine.dispose()
+
+
+def print_table(rows: list[dict]) -> None:
+    """A plain text table; the same words as the ledger's columns."""
+    if not rows:
+        print("(no tasks)")
+        return
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(widths[c]) for c in cols))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    settings = _settings()
+    print_table(asyncio.run(_task_rows(settings, args.limit)))
+    return 0
+
+
+# ---------------------------------------------------------------- lab
+
+def _notebooks_dir() -> Path:
+    here = Path(__file__).resolve().parent.parent / "notebooks"
+    return here if here.is_dir() else Path.cwd() / "notebooks"
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from teamdesk.db.migrate import upgrade
+
+    print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
+    settings = _settings()
+    upgrade(settings.database_url)
+    print(asyncio.run(_seed(settings, "acme", 300, 23)))
+    nb = _notebooks_dir()
+    port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
+    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
+    cmd = [jupyter, "lab", f"--ServerApp.root_dir={nb}", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           "--LabApp.default_url=/lab/tree/00-start-here.ipynb"]
+    if args.no_browser or not os.environ.get("DISPLAY"):
+        cmd.append("--no-browser")
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    print(f"opening JupyterLab on http://127.0.0.1:{port}/lab (notebooks in {nb}); "
+          "Ctrl-C stops it and releases the services")
+    # Own session: Ctrl-C reaches only us, and we stop Jupyter without its y/n prompt.
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("\nstopping JupyterLab…")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0
+    finally:
+        devservices.release_owner()
+
+
+# ---------------------------------------------------------------- main
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="teamdesk", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("services", help="embedded PostgreSQL + Redis")
+    s.add_argument("action", choices=["up", "down", "status"])
+    s.set_defaults(func=cmd_services)
+
+    d = sub.add_parser("db", help="schema migrations")
+    d.add_argument("action", choices=["upgrade"])
+    d.set_defaults(func=cmd_db)
+
+    sd = sub.add_parser("seed", help="deterministic demo data")
+    sd.add_argument("--team", default="acme")
+    sd.add_argument("--tickets", type=int, default=300)
+    sd.add_argument("--seed", type=int, default=23)
+    sd.set_defaults(func=cmd_seed)
+
+    lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
+    lab.add_argument("--port", type=int, help="default $TEAMDESK_LAB_PORT or 8888")
+    lab.add_argument("--no-browser", action="store_true")
+    lab.set_defaults(func=cmd_lab)
+
+    t = sub.add_parser("tasks", help="the task ledger as a table")
+    t.add_argument("--limit", type=int, default=20)
+    t.set_defaults(func=cmd_tasks)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TeamDeskError, devservices.ServiceError, ValueError) as err:
+        print(f"teamdesk: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

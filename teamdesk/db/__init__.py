@@ -1,0 +1,1 @@
+"""Ledger and business tables: models, engine, migrations, the team lock."""

@@ -1,0 +1,73 @@
+"""Named checkpoints that executors announce; a no-op unless a lab or test installs a probe.
+
+This is how races become deterministic without sleeps, and how the real code shows where
+faults can strike (FoundationDB's BUGGIFY, made explicit). A probe handler is an async
+callable `handler(point, context)`; it may wait (pause the executor at that point) or
+raise (inject a fault there). `context` always carries `task_id` and `run`, and
+`execution_id` once the lease is claimed.
+
+Points announced (keep this list in step with the code; `POINTS` is checked by a test):
+
+- `claim.before`                — about to run the claim UPDATE (P2).
+- `claim.after`                 — the claim committed; `execution_id` is the new lease.
+- `export.after_read`           — a batch of tickets read, before its progress write (P4).
+- `export.after_progress`       — a batch's progress written to ledger and queue.
+- `export.before_result`        — final authorization re-checked, before the result write (P5).
+- `export.after_result`         — result committed, before `update_progress(100)` (P9).
+- `reminder.after_lease_check`  — inside the team-locked transaction, eligibility read (P10).
+- `reminder.after_event`        — notification, version and event written, before completion.
+- `error.before_write`          — an error is about to be reported with the lease (P7).
+- `dispatch.before_add`         — the dispatcher is about to add a job (D2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+ProbeHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+POINTS: tuple[str, ...] = (
+    "claim.before",
+    "claim.after",
+    "export.after_read",
+    "export.after_progress",
+    "export.before_result",
+    "export.after_result",
+    "reminder.after_lease_check",
+    "reminder.after_event",
+    "error.before_write",
+    "dispatch.before_add",
+)
+
+_handlers: list[ProbeHandler] = []
+
+
+async def announce(point: str, **context: Any) -> None:
+    """Called by the product at a checkpoint. Does nothing unless a probe is installed."""
+    if point not in POINTS:  # a typo would silently make a gate unreachable
+        raise ValueError(f"unknown probe point {point!r}")
+    for handler in tuple(_handlers):
+        await handler(point, context)
+
+
+def install(handler: ProbeHandler) -> Callable[[], None]:
+    """Install a probe handler; returns the function that removes it."""
+    _handlers.append(handler)
+
+    def uninstall() -> None:
+        with contextlib.suppress(ValueError):
+            _handlers.remove(handler)
+
+    return uninstall
+
+
+@contextlib.contextmanager
+def installed(handler: ProbeHandler) -> Iterator[None]:
+    """`with probes.installed(handler): ...` — removed on exit, even on error."""
+    uninstall = install(handler)
+    try:
+        yield
+    finally:
+        uninstall()

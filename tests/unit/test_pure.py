@@ -1,0 +1,69 @@
+"""Unit tests of pure pieces: settings, job ids, filters, probe names."""
+
+from __future__ import annotations
+
+import pytest
+
+from teamdesk import probes
+from teamdesk.config import Settings
+from teamdesk.errors import InvalidFilters
+from teamdesk.services.exports import validate_filters
+from teamdesk.tasks.queue import DEFAULT_JOB_OPTIONS, MAX_TASK_ATTEMPTS, job_options, task_job_id
+
+
+def test_task_job_id_is_id_dash_run():
+    """I2: `T-0`, and a manual retry's `T-1`."""
+    assert task_job_id("T", 0) == "T-0"
+    assert task_job_id("TABCDE", 1) == "TABCDE-1"
+    with pytest.raises(ValueError):
+        task_job_id("", 0)
+    with pytest.raises(ValueError):
+        task_job_id("T", -1)
+
+
+def test_default_job_options_are_the_books():
+    """Q1: 3 attempts including the first, exponential 2000 ms, record retention."""
+    assert MAX_TASK_ATTEMPTS == 3
+    assert DEFAULT_JOB_OPTIONS == {
+        "attempts": 3,
+        "backoff": {"type": "exponential", "delay": 2000},
+        "removeOnComplete": {"age": 86400, "count": 1000},
+        "removeOnFail": {"age": 604800, "count": 1000},
+    }
+    assert job_options(Settings())["backoff"]["delay"] == 2000
+
+
+def test_settings_env_overrides_and_production_defaults():
+    """Q2: tests shorten timings through configuration; defaults stay the book's."""
+    s = Settings.from_env({"TEAMDESK_LOCK_DURATION_MS": "1000", "TEAMDESK_BACKOFF_DELAY_MS": "30",
+                           "REDIS_URL": "redis://x:1/0"})
+    assert (s.lock_duration_ms, s.backoff_delay_ms, s.redis_url) == (1000, 30, "redis://x:1/0")
+    d = Settings()
+    assert (d.dispatch_tick_s, d.redispatch_age_s, d.stale_running_age_s, d.result_ttl_s,
+            d.dispatch_batch_size) == (3.0, 30.0, 120.0, 86400.0, 100)
+    with pytest.raises(ValueError, match="TEAMDESK_DISPATCH_TICK_S"):
+        Settings.from_env({"TEAMDESK_DISPATCH_TICK_S": "soon"})
+
+
+def test_filters_are_normalised():
+    assert validate_filters({"status": ["OPEN", "CLOSED", "OPEN"], "text": "  login ",
+                             "created_from": "2026-01-05"}) == {
+        "status": ["CLOSED", "OPEN"], "text": "login", "created_from": "2026-01-05"}
+    assert validate_filters(None) == {}
+    with pytest.raises(InvalidFilters, match="unknown filter keys: colour"):
+        validate_filters({"colour": 1})
+
+
+async def test_unknown_probe_point_is_an_error():
+    """A misspelt point would make a gate unreachable; it fails loudly instead."""
+    seen = []
+
+    async def handler(point, ctx):
+        seen.append((point, ctx))
+
+    with probes.installed(handler):
+        await probes.announce("claim.after", task_id="T", run=0)
+        with pytest.raises(ValueError, match="unknown probe point"):
+            await probes.announce("claim.aftr", task_id="T", run=0)
+    await probes.announce("claim.after", task_id="T", run=0)
+    assert seen == [("claim.after", {"task_id": "T", "run": 0})]
