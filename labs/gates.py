@@ -1,0 +1,135 @@
+"""Gates at probe points: pause an executor at a named checkpoint, look, then let it go.
+
+    gate = Gate("export.after_read", actor="A")      # installed at once
+    ctx = await gate.reached()                        # A is now paused there
+    ...                                               # B takes over, inspect the ledger
+    gate.release()                                    # or gate.release(raising=OSError("late"))
+
+A gate catches the first crossing that matches (point, actor, and an optional predicate
+on the probe context) and lets every later crossing pass. Waiting is bounded: a timeout
+only reports a sync point that never came (`GateTimeout` names it), it never orders events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from teamdesk import probes
+
+DEFAULT_TIMEOUT_S = 8.0
+
+
+class GateTimeout(AssertionError):
+    """A gate was not reached (or not left) in time: the sync point never came."""
+
+
+class Gate:
+    """Pause the first matching crossing of `point` until `release()`."""
+
+    def __init__(
+        self,
+        point: str,
+        *,
+        actor: str | None = None,
+        when: Callable[[dict[str, Any]], bool] | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if point not in probes.POINTS:
+            raise ValueError(f"unknown probe point {point!r}; known: {', '.join(probes.POINTS)}")
+        self.point = point
+        self.actor = actor
+        self.when = when
+        self.timeout = timeout
+        self.context: dict[str, Any] | None = None
+        self._reached = asyncio.Event()
+        self._released = asyncio.Event()
+        self._passed = asyncio.Event()
+        self._raising: BaseException | None = None
+        self._uninstall = probes.install(self._handle)
+
+    def __repr__(self) -> str:
+        state = ("passed" if self._passed.is_set() else "paused" if self._reached.is_set()
+                 else "waiting")
+        who = f" actor={self.actor}" if self.actor else ""
+        return f"<Gate {self.point}{who} {state}>"
+
+    def _matches(self, point: str, ctx: dict[str, Any]) -> bool:
+        if point != self.point or self._reached.is_set():
+            return False
+        if self.actor is not None and ctx.get("actor") != self.actor:
+            return False
+        return self.when is None or self.when(ctx)
+
+    async def _handle(self, point: str, ctx: dict[str, Any]) -> None:
+        if not self._matches(point, ctx):
+            return
+        self.context = dict(ctx)
+        self._reached.set()
+        try:
+            await self._released.wait()
+        finally:
+            self._passed.set()
+        if self._raising is not None:
+            raise self._raising
+
+    @property
+    def is_reached(self) -> bool:
+        return self._reached.is_set()
+
+    async def reached(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait until an executor is paused here; returns the probe context."""
+        try:
+            await asyncio.wait_for(self._reached.wait(), timeout or self.timeout)
+        except TimeoutError:
+            raise GateTimeout(f"{self!r} was never reached within "
+                              f"{timeout or self.timeout:g} s") from None
+        return self.context or {}
+
+    def release(self, raising: BaseException | None = None) -> None:
+        """Let the paused executor continue, or make the probe raise `raising` there."""
+        self._raising = raising
+        self._released.set()
+
+    async def passed(self, timeout: float | None = None) -> None:
+        """Wait until the released executor has left the gate."""
+        try:
+            await asyncio.wait_for(self._passed.wait(), timeout or self.timeout)
+        except TimeoutError:
+            raise GateTimeout(f"{self!r} was not left within {timeout or self.timeout:g} s") \
+                from None
+
+    def close(self) -> None:
+        """Uninstall; a paused executor is released so nothing is left hanging."""
+        self._uninstall()
+        if not self._released.is_set():
+            self._released.set()
+
+
+class Fault:
+    """Raise `error` at the first matching crossing of `point` (no pause): an injected
+    fault, e.g. a failing ledger write after the event INSERT."""
+
+    def __init__(self, point: str, error: BaseException, *, actor: str | None = None,
+                 when: Callable[[dict[str, Any]], bool] | None = None, times: int = 1) -> None:
+        if point not in probes.POINTS:
+            raise ValueError(f"unknown probe point {point!r}")
+        self.point, self.error, self.actor, self.when = point, error, actor, when
+        self.remaining = times
+        self.fired = 0
+        self._uninstall = probes.install(self._handle)
+
+    async def _handle(self, point: str, ctx: dict[str, Any]) -> None:
+        if point != self.point or self.remaining <= 0:
+            return
+        if self.actor is not None and ctx.get("actor") != self.actor:
+            return
+        if self.when is not None and not self.when(ctx):
+            return
+        self.remaining -= 1
+        self.fired += 1
+        raise self.error
+
+    def close(self) -> None:
+        self._uninstall()

@@ -1,0 +1,122 @@
+"""`process_task`: the BullMQ processor with the lease discipline of ch. 26 (P1–P9).
+
+    load → skip old runs and COMPLETED (P1) → claim a fresh lease (P2) → run the executor,
+    every write fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) →
+    on other errors report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+
+Returning normally does not prove this execution produced the result: the ledger's
+status, body and expiry are the truth (ch. 26 §4).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from bullmq.custom_errors import UnrecoverableError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from teamdesk import probes
+from teamdesk.config import Settings
+from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType
+from teamdesk.tasks.errors import TaskRejected, retryable_error_text
+from teamdesk.tasks.exports import run_export
+from teamdesk.tasks.lease import Lease, LeaseLost, claim, write_with_lease
+from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
+from teamdesk.tasks.reminders import run_reminder
+
+log = logging.getLogger("teamdesk.processor")
+
+
+@dataclass
+class TaskContext:
+    """What an executor needs: settings, the ledger, and a name for logs and probes."""
+
+    settings: Settings
+    sessions: async_sessionmaker[AsyncSession]
+    #: A label such as "A" or a worker name; shows in probe contexts and log lines.
+    actor: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_payload(data: Any) -> tuple[str, int]:
+    """`{taskId: str, run: int}` or `UnrecoverableError`: a malformed job is not retried."""
+    if not isinstance(data, dict):
+        raise UnrecoverableError(f"malformed job payload: expected an object, got {data!r}")
+    task_id, run = data.get("taskId"), data.get("run")
+    if not isinstance(task_id, str) or not task_id or isinstance(run, bool) or not isinstance(
+            run, int) or run < 0:
+        raise UnrecoverableError(f"malformed job payload: {data!r}")
+    return task_id, run
+
+
+async def process_task(job: Any, token: str | None, ctx: TaskContext) -> str:
+    """Execute one queue delivery of one task run. Returns a short outcome text."""
+    task_id, run = parse_payload(job.data)
+    async with ctx.sessions() as session:
+        task = await session.get(BackgroundTask, task_id)
+    if task is None:
+        log.error("task.missing task_id=%s run=%s job_id=%s", task_id, run, job.id)
+        raise UnrecoverableError(f"task {task_id} does not exist")
+    # P1: an old run's message, or a finished task, touches nothing.
+    if run != task.run or task.status is TaskStatus.COMPLETED:
+        log.info("task.skipped task_id=%s job_run=%s ledger_run=%s status=%s", task_id, run,
+                 task.run, task.status.value)
+        return f"skipped: ledger is run {task.run} {task.status.value}"
+
+    attempt = job.attemptsMade + 1
+    await probes.announce("claim.before", task_id=task_id, run=run, actor=ctx.actor)
+    lease = await claim(ctx.sessions, task_id, run, attempts=attempt)  # P2
+    if lease is None:
+        log.info("task.not_claimed task_id=%s run=%s", task_id, run)
+        return "not claimed"
+    log.info("task.claimed task_id=%s run=%s execution_id=%s attempt=%s actor=%s", task_id, run,
+             lease.execution_id, attempt, ctx.actor)
+    await probes.announce("claim.after", task_id=task_id, run=run,
+                          execution_id=lease.execution_id, actor=ctx.actor)
+    try:
+        if task.type is TaskType.EXPORT:
+            return await run_export(ctx, job, lease, task)
+        return await run_reminder(ctx, job, lease, task)
+    except LeaseLost as lost:
+        # P6: first, before any other handling. A newer executor owns the task; this one
+        # must neither fail it nor end its queue job.
+        log.info("task.lease_lost task_id=%s run=%s execution_id=%s during=%s", task_id, run,
+                 lease.execution_id, lost.during)
+        return f"lease lost during {lost.during}"
+    except Exception as err:
+        if not await _report_failure(ctx, lease, err, attempt):
+            # P7, P9: the lease is gone (or the result is already COMPLETED): nothing to
+            # report, and nothing to hand to the queue.
+            return f"error not reported, lease no longer held: {type(err).__name__}"
+        raise _for_queue(err) from err
+
+
+async def _report_failure(ctx: TaskContext, lease: Lease, err: Exception, attempt: int) -> bool:
+    """P7: write FAILED (final) or WAITING with the lease. Returns False when that matched
+    no row: an executor that lost its lease cannot even report its failure."""
+    final = isinstance(err, TaskRejected) or attempt >= MAX_TASK_ATTEMPTS
+    text = (err.last_error if isinstance(err, TaskRejected)
+            else retryable_error_text(attempt, MAX_TASK_ATTEMPTS, final))
+    await probes.announce("error.before_write", task_id=lease.task_id, run=lease.run,
+                          execution_id=lease.execution_id, actor=ctx.actor,
+                          error=type(err).__name__)
+    try:
+        await write_with_lease(ctx.sessions, lease, during="error report",
+                               status=TaskStatus.FAILED if final else TaskStatus.WAITING,
+                               execution_id=None, last_error=text)
+    except LeaseLost:
+        log.info("task.error_unreported task_id=%s run=%s execution_id=%s error=%s (lease lost)",
+                 lease.task_id, lease.run, lease.execution_id, type(err).__name__)
+        return False
+    log.warning("task.error task_id=%s run=%s execution_id=%s attempt=%s final=%s error=%s: %s",
+                lease.task_id, lease.run, lease.execution_id, attempt, str(final).lower(),
+                type(err).__name__, err)
+    return True
+
+
+def _for_queue(err: Exception) -> Exception:
+    if isinstance(err, TaskRejected):
+        return UnrecoverableError(err.last_error)
+    return err

@@ -1,0 +1,70 @@
+"""The REMINDER executor (ch. 24 inferred, ch. 26 §5; P10–P12, M1).
+
+Everything happens inside ONE PostgreSQL transaction under the team lock: check that the
+reminder still matches the ticket's `reminder_revision`, then write the notification, bump
+the ticket's version, add a system event, and finish with the lease-conditioned completion
+UPDATE. That UPDATE is the commit gate: if it matches no row, `LeaseLost` is raised
+*inside* the transaction, which rolls all four writes back (P10). Returning instead would
+commit them. The lease was claimed outside the lock (P11), which is why it is re-checked
+here, at commit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from teamdesk import probes
+from teamdesk.db.locks import lock_team
+from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
+from teamdesk.db.models import TicketStatus as TS
+from teamdesk.tasks.lease import Lease, leased_update
+
+if TYPE_CHECKING:
+    from teamdesk.tasks.processor import TaskContext
+
+
+def stale_reason(task: BackgroundTask, ticket: Ticket | None) -> str | None:
+    """Why this reminder no longer applies (M1), or None if it is current."""
+    if ticket is None or ticket.deleted_at is not None:
+        return "the ticket was deleted"
+    if ticket.status is TS.CLOSED:
+        return "the ticket is closed"
+    if ticket.reminder_revision != task.reminder_revision:
+        return (f"superseded: reminder revision {task.reminder_revision} is not the ticket's "
+                f"current revision {ticket.reminder_revision}")
+    return None
+
+
+async def run_reminder(ctx: TaskContext, job: Any, lease: Lease, task: BackgroundTask) -> str:
+    async with ctx.sessions() as session, session.begin():
+        await lock_team(session, task.team_id)
+        ticket = await session.scalar(select(Ticket).where(Ticket.id == task.ticket_id))
+        reason = stale_reason(task, ticket)
+        await probes.announce("reminder.after_lease_check", task_id=lease.task_id, run=lease.run,
+                              execution_id=lease.execution_id, actor=ctx.actor)
+        if reason is not None:
+            summary = f"No reminder sent: {reason}."
+        else:
+            recipient = ticket.assignee_id or ticket.creator_id
+            due = ticket.due_at.isoformat() if ticket.due_at else "-"
+            session.add(Notification(
+                ticket_id=ticket.id, team_id=ticket.team_id,
+                reminder_revision=task.reminder_revision, recipient_id=recipient,
+                message=f"Ticket #{ticket.id} '{ticket.title}' is due ({due})."))
+            ticket.version += 1
+            session.add(TicketEvent(ticket_id=ticket.id, team_id=ticket.team_id,
+                                    kind="reminder_sent", actor_id=None,
+                                    data={"revision": task.reminder_revision,
+                                          "recipient": recipient}))
+            await session.flush()
+            await probes.announce("reminder.after_event", task_id=lease.task_id, run=lease.run,
+                                  execution_id=lease.execution_id, actor=ctx.actor)
+            summary = f"Reminder sent to {recipient} (revision {task.reminder_revision})."
+        # The commit gate (P10): LeaseLost raised here rolls back everything above.
+        await leased_update(session, lease, during="reminder completion",
+                            status=TaskStatus.COMPLETED, progress=100,
+                            result_summary=summary, execution_id=None)
+    await job.updateProgress(100)
+    return summary

@@ -1,0 +1,169 @@
+"""`create_task_worker`: the one place that builds the BullMQ worker (W1, W2).
+
+Tests, labs and the worker process all call it, so they run the same processor with the
+same listeners. The listeners only log (W2): the `failed` event carries no execution id,
+and `task_id + run` is not a lease, so a listener that wrote the ledger could fail a newer
+execution (ch. 26 §7). Terminal states come from the processor's fenced error write and
+the dispatcher's reconciliation (W3).
+
+Measured quirks of the Python port handled here: a worker must be created inside a
+running loop; sub-second backoff only works once the worker knows the Redis version, so
+we ask before `run()`; `lockRenewTime: 0` turns renewal off (the "stuck" executor of the
+takeover tests); `failed` fires on every attempt, so exhaustion is computed from
+`attemptsMade` after the move; `worker.close()` can hang forever, so closing is bounded
+and then forced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from bullmq import Worker
+from bullmq.custom_errors import UnrecoverableError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from teamdesk.config import Settings
+from teamdesk.tasks.processor import TaskContext, process_task
+from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, redis_client
+
+log = logging.getLogger("teamdesk.worker")
+
+#: `on_event(kind, fields)` receives every listener event (for lab histories and tests).
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+def is_exhausted(job: Any, err: BaseException) -> bool:
+    """W2: the attempt budget is used up, or the error ends the job (UnrecoverableError,
+    which includes permanent rejection). Never guessed from the error's text."""
+    attempts = (job.opts or {}).get("attempts", MAX_TASK_ATTEMPTS)
+    return isinstance(err, UnrecoverableError) or job.attemptsMade >= attempts
+
+
+def _task_fields(job: Any) -> dict[str, Any]:
+    data = job.data if isinstance(job.data, dict) else {}
+    return {"task_id": data.get("taskId"), "run": data.get("run"), "job_id": job.id}
+
+
+class TaskWorker:
+    """A running BullMQ worker for the task queue, with bounded shutdown."""
+
+    def __init__(self, worker: Worker, ctx: TaskContext) -> None:
+        self.worker = worker
+        self.ctx = ctx
+        self._run_task: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self.ctx.actor
+
+    def start(self) -> None:
+        self._run_task = asyncio.ensure_future(self.worker.run())
+
+    async def close(self, timeout: float = 5.0) -> bool:
+        """Stop taking jobs and let the running one finish within `timeout`; then force.
+
+        Returns True if the graceful close finished in time. `worker.close()` swallows
+        cancellation, so it runs as its own task and we stop waiting instead of cancelling.
+        """
+        graceful = asyncio.ensure_future(self.worker.close())
+        done, _ = await asyncio.wait({graceful}, timeout=timeout)
+        if not done:
+            log.warning("worker.close_timeout actor=%s timeout=%ss: forcing", self.name, timeout)
+            forced = asyncio.ensure_future(self.worker.close(force=True))
+            await asyncio.wait({forced, graceful}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        if self._run_task is not None:
+            await asyncio.wait({self._run_task}, timeout=timeout)
+            if not self._run_task.done():
+                self._run_task.cancel()
+        with contextlib.suppress(Exception):
+            await self.worker.redisConnection.close()
+        return bool(done)
+
+
+def _attach_listeners(worker: Worker, actor: str | None, on_event: EventHook | None) -> None:
+    def emit(kind: str, fields: dict[str, Any]) -> None:
+        if on_event is not None:
+            on_event(kind, {"actor": actor, **fields})
+
+    def on_failed(job: Any, err: BaseException) -> None:
+        f = _task_fields(job)
+        exhausted = is_exhausted(job, err)
+        log.warning("task.failed task_id=%s run=%s job_id=%s attempts_made=%s exhausted=%s "
+                    "error=%s", f["task_id"], f["run"], f["job_id"], job.attemptsMade,
+                    str(exhausted).lower(), type(err).__name__)
+        emit("failed", {**f, "attempts_made": job.attemptsMade, "exhausted": exhausted,
+                        "error": f"{type(err).__name__}: {err}"})
+
+    def on_stalled(job_id: str, *args: Any) -> None:
+        log.warning("task.stalled job_id=%s actor=%s", job_id, actor)
+        emit("stalled", {"job_id": job_id})
+
+    def on_completed(job: Any, result: Any) -> None:
+        f = _task_fields(job)
+        log.info("task.completed task_id=%s run=%s job_id=%s result=%s", f["task_id"], f["run"],
+                 f["job_id"], result)
+        emit("completed", {**f, "result": result})
+
+    def on_error(err: BaseException, job: Any = None, *args: Any) -> None:
+        f = _task_fields(job) if job is not None else {}
+        log.warning("worker.error actor=%s job_id=%s error=%s: %s", actor, f.get("job_id"),
+                    type(err).__name__, err)
+        emit("error", {**f, "error": f"{type(err).__name__}: {err}"})
+
+    worker.on("failed", on_failed)
+    worker.on("stalled", on_stalled)
+    worker.on("completed", on_completed)
+    worker.on("error", on_error)
+
+
+async def create_task_worker(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    actor: str | None = None,
+    renew_lock: bool = True,
+    options: dict[str, Any] | None = None,
+    on_event: EventHook | None = None,
+    start: bool = True,
+) -> TaskWorker:
+    """Build (and by default start) the task worker: `process_task` + the W2 listeners.
+
+    Timings come from `settings` (Q2); `renew_lock=False` makes the stuck executor of the
+    takeover tests; `options` overrides raw BullMQ worker options (camelCase).
+    """
+    ctx = TaskContext(settings=settings, sessions=sessions, actor=actor)
+
+    async def processor(job: Any, token: str) -> str:
+        return await process_task(job, token, ctx)
+
+    opts: dict[str, Any] = {
+        "connection": redis_client(settings, blocking=True),
+        "prefix": settings.queue_prefix,
+        "autorun": False,
+        "concurrency": settings.worker_concurrency,
+        "lockDuration": settings.lock_duration_ms,
+        "stalledInterval": settings.stalled_interval_ms,
+        "maxStalledCount": settings.max_stalled_count,
+        "drainDelay": 1,
+    }
+    if actor:
+        opts["name"] = actor
+    if settings.lock_renew_ms is not None:
+        opts["lockRenewTime"] = settings.lock_renew_ms
+    if not renew_lock:
+        opts["lockRenewTime"] = 0
+    opts.update(options or {})
+    worker = Worker(settings.queue_name, processor, opts)
+    _attach_listeners(worker, actor, on_event)
+    # Learn the Redis version before run(): without it the port rounds sub-second backoff up.
+    await worker.blockingRedisConnection.getRedisVersion()
+    await worker.redisConnection.getRedisVersion()
+    task_worker = TaskWorker(worker, ctx)
+    if start:
+        task_worker.start()
+    return task_worker
