@@ -71,3 +71,46 @@ def installed(handler: ProbeHandler) -> Iterator[None]:
         yield
     finally:
         uninstall()
+
+
+# ------------------------------------------------------------ holds across processes
+
+HOLD_ENV = "TEAMDESK_PROBE_HOLD"
+
+
+def install_hold_from_env(environ: dict[str, str] | None = None) -> Callable[[], None] | None:
+    """Pause a *separate process* at a probe point: for tests and live demos of the worker
+    process (SIGTERM during an export, kill -9 mid-export), where an in-process gate
+    cannot reach.
+
+    `TEAMDESK_PROBE_HOLD=<point>:<folder>` makes the first crossing of `<point>` create
+    `<folder>/reached` (holding the probe context as text) and wait until
+    `<folder>/release` exists. Returns the uninstall function, or None when unset.
+    """
+    import asyncio
+    import json
+    import os
+    from pathlib import Path
+
+    spec = (environ if environ is not None else os.environ).get(HOLD_ENV)
+    if not spec:
+        return None
+    point, _, folder = spec.partition(":")
+    if point not in POINTS or not folder:
+        raise ValueError(f"{HOLD_ENV} must be '<point>:<folder>' with a known point, "
+                         f"not {spec!r}")
+    root = Path(folder)
+    state = {"held": False}
+
+    async def hold(crossed: str, context: dict[str, Any]) -> None:
+        if crossed != point or state["held"]:
+            return
+        state["held"] = True
+        # Tiny local file operations; the release comes from another process, so a file
+        # poll is the sync point here (no Event can cross the process boundary).
+        root.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
+        (root / "reached").write_text(json.dumps(context, default=str))
+        while not (root / "release").exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    return install(hold)

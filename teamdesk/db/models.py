@@ -10,7 +10,6 @@ that every UPDATE, including the bulk lease-conditioned ones, advances it; stale
 from __future__ import annotations
 
 import enum
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -29,13 +28,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-
-_ID_ALPHABET = "23456789ABCDEFGHJKMNPQRSTVWXYZ"  # no 0/O, 1/I/L, U: readable aloud
-
-
-def new_task_id() -> str:
-    """A short, readable task id such as `T7KQ2M`; its job ids read `T7KQ2M-0` (I2)."""
-    return "T" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(5))
 
 
 class Base(DeclarativeBase):
@@ -200,7 +192,10 @@ class BackgroundTask(Base):
               postgresql_where=text("ticket_id IS NOT NULL")),
     )
 
-    id: Mapped[str] = mapped_column(String(16), primary_key=True, default=new_task_id)
+    #: Short and readable, e.g. `T7KQ2M`, so job ids read `T7KQ2M-0` (I2); made by the
+    #: database from a sequence, hence unique by construction (see the initial migration).
+    id: Mapped[str] = mapped_column(String(16), primary_key=True,
+                                    server_default=text("teamdesk_next_task_id()"))
     type: Mapped[TaskType] = mapped_column(_enum(TaskType, "task_type"))
     status: Mapped[TaskStatus] = mapped_column(_enum(TaskStatus, "task_status"),
                                                default=TaskStatus.WAITING,

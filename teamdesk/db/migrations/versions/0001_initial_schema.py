@@ -19,6 +19,33 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # Task ids: short, readable and unique by construction. A sequence number is mapped by
+    # an affine bijection modulo 30^width (multiplier coprime with 30) onto a base-30
+    # alphabet without look-alike characters: T7KQ2M, then one more character after 24.3M.
+    op.execute("CREATE SEQUENCE background_task_seq")
+    op.execute("""
+        CREATE FUNCTION teamdesk_next_task_id() RETURNS text AS $$
+        DECLARE
+            n bigint := nextval('background_task_seq');
+            alphabet text := '23456789ABCDEFGHJKMNPQRSTVWXYZ';
+            width int := 5;
+            space bigint := 24300000;
+            x bigint;
+            id text := '';
+        BEGIN
+            WHILE n >= space LOOP
+                width := width + 1;
+                space := space * 30;
+            END LOOP;
+            x := (n * 15485863 + 4212773) % space;
+            FOR i IN 1..width LOOP
+                id := substr(alphabet, (x % 30)::int + 1, 1) || id;
+                x := x / 30;
+            END LOOP;
+            RETURN 'T' || id;
+        END
+        $$ LANGUAGE plpgsql
+    """)
     op.create_table('teams',
     sa.Column('id', sa.String(length=40), nullable=False),
     sa.Column('name', sa.String(length=200), nullable=False),
@@ -55,7 +82,7 @@ def upgrade() -> None:
     )
     op.create_index('ix_tickets_team_created', 'tickets', ['team_id', 'created_at'], unique=False)
     op.create_table('background_tasks',
-    sa.Column('id', sa.String(length=16), nullable=False),
+    sa.Column('id', sa.String(length=16), server_default=sa.text('teamdesk_next_task_id()'), nullable=False),
     sa.Column('type', sa.Enum('EXPORT', 'REMINDER', name='task_type'), nullable=False),
     sa.Column('status', sa.Enum('WAITING', 'RUNNING', 'COMPLETED', 'FAILED', name='task_status'), server_default='WAITING', nullable=False),
     sa.Column('run', sa.Integer(), server_default='0', nullable=False),
@@ -142,6 +169,8 @@ def downgrade() -> None:
     op.drop_table('members')
     op.drop_table('teams')
     op.execute("DROP FUNCTION IF EXISTS teamdesk_touch_updated_at()")
+    op.execute("DROP FUNCTION IF EXISTS teamdesk_next_task_id()")
+    op.execute("DROP SEQUENCE IF EXISTS background_task_seq")
     for name in ("task_scope", "task_status", "task_type", "ticket_priority", "ticket_status",
                  "member_role"):
         op.execute(f"DROP TYPE IF EXISTS {name}")
