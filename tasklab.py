@@ -3,6 +3,7 @@
 
     python3 tasklab.py lab    # set up .venv, start PostgreSQL + Redis, open JupyterLab
     python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration, notebooks)
+    python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
 
 Standard library only. The virtual environment lives in `.venv/` and is reinstalled when
 `pyproject.toml` changes. Extra arguments after `test` go to pytest
@@ -66,8 +67,23 @@ def cmd_test(extra: list[str]) -> int:
     return run([str(BIN / "python"), "-m", "pytest", *nb, *targets])
 
 
+def cmd_regen(names: list[str]) -> int:
+    """Re-execute notebooks headlessly and store their outputs (never save from the UI)."""
+    paths = names or sorted(str(p) for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    for path in paths:
+        _say(f"executing {path} …")
+        start = time.monotonic()
+        code = run([str(BIN / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
+                    "--inplace", "--ExecutePreprocessor.record_timing=False",
+                    "--ExecutePreprocessor.timeout=120", path])
+        if code != 0:
+            return code
+        _say(f"{path}: {time.monotonic() - start:.1f} s")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test"):
+    if not argv or argv[0] not in ("lab", "test", "regen"):
         print(__doc__)
         return 2
     ensure_venv()
@@ -77,6 +93,8 @@ def main(argv: list[str]) -> int:
         # JupyterLab and releases the services itself.
         os.chdir(ROOT)
         os.execv(BIN / "teamdesk", [str(BIN / "teamdesk"), "lab", *argv[1:]])
+    if argv[0] == "regen":
+        return cmd_regen(argv[1:])
     return cmd_test(argv[1:])
 
 

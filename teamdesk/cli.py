@@ -5,6 +5,8 @@
     teamdesk seed                       demo team, members, tickets (deterministic)
     teamdesk lab                        services + schema + demo data, then JupyterLab
     teamdesk tasks                      the task ledger as a table
+    teamdesk worker                     the worker process: task worker + dispatch tick
+    teamdesk demo race                  the takeover race, narrated in the terminal
 
 Errors a user can act on are printed as one line and exit 2; no stack traces.
 """
@@ -111,26 +113,45 @@ def cmd_seed(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- tasks table
 
 async def _task_rows(settings: Settings, limit: int) -> list[dict]:
+    """Ledger rows next to their queue job's state (D4's view): `-` = no job record,
+    `?` = Redis did not answer (the ledger is still shown)."""
+    import contextlib
+
+    from redis.exceptions import RedisError
     from sqlalchemy import select
 
     from teamdesk.db.engine import create_engine, session_factory
     from teamdesk.db.models import BackgroundTask
+    from teamdesk.tasks.queue import create_task_queue, task_job_id
 
     engine = create_engine(settings.database_url)
+    queue = create_task_queue(settings)
     try:
         async with session_factory(engine)() as session:
             tasks = (await session.scalars(
                 select(BackgroundTask).order_by(BackgroundTask.created_at.desc()).limit(limit)
             )).all()
+
+        async def queue_state(job_id: str) -> str:
+            job = await queue.getJob(job_id)
+            return "-" if job is None else await job.getState()
+
+        try:
+            states = [await asyncio.wait_for(queue_state(task_job_id(t.id, t.run)),
+                                             settings.redis_timeout_s) for t in tasks]
+        except (RedisError, OSError, TimeoutError):
+            states = ["?"] * len(tasks)
         return [
             {"id": t.id, "type": t.type.value, "run": t.run, "status": t.status.value,
              "attempts": t.attempts, "progress": t.progress,
              "execution": (t.execution_id or "")[:8],
              "dispatched_at": t.dispatched_at.strftime("%H:%M:%S") if t.dispatched_at else "",
-             "job_id": f"{t.id}-{t.run}"}
-            for t in tasks
+             "job_id": task_job_id(t.id, t.run), "queue": state}
+            for t, state in zip(tasks, states, strict=True)
         ]
     finally:
+        with contextlib.suppress(Exception):
+            await queue.close()
         await engine.dispose()
 
 
@@ -150,6 +171,43 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     settings = _settings()
     print_table(asyncio.run(_task_rows(settings, args.limit)))
     return 0
+
+
+# ---------------------------------------------------------------- worker, demo
+
+def _configure_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from teamdesk.tasks.runner import run_worker_process
+
+    _configure_logging(args.log_level)
+    settings = _settings()
+    changes: dict[str, object] = {}
+    if args.concurrency:
+        changes["worker_concurrency"] = args.concurrency
+    if args.drain_timeout is not None:
+        changes["drain_timeout_s"] = args.drain_timeout
+    settings = settings.replace(**changes)
+    try:
+        return asyncio.run(run_worker_process(settings, name=args.name))
+    finally:
+        devservices.release_owner()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from teamdesk.demo import run_race_demo
+
+    _configure_logging("warning")
+    settings = _settings()
+    try:
+        return asyncio.run(run_race_demo(settings, pause=args.pause))
+    finally:
+        devservices.release_owner()
 
 
 # ---------------------------------------------------------------- lab
@@ -218,6 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=int, help="default $TEAMDESK_LAB_PORT or 8888")
     lab.add_argument("--no-browser", action="store_true")
     lab.set_defaults(func=cmd_lab)
+
+    w = sub.add_parser("worker", help="run a worker process (task worker + dispatch tick)")
+    w.add_argument("--name", help="worker name (default host-pid); names the heartbeat key")
+    w.add_argument("--concurrency", type=int, help="jobs at once (default 1)")
+    w.add_argument("--drain-timeout", type=float,
+                   help="seconds a running job gets after SIGTERM (default 30)")
+    w.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    w.set_defaults(func=cmd_worker)
+
+    dm = sub.add_parser("demo", help="live demos for a class")
+    dm.add_argument("which", choices=["race"])
+    dm.add_argument("--pause", action="store_true",
+                    help="wait for Enter between steps (for narrating live)")
+    dm.set_defaults(func=cmd_demo)
 
     t = sub.add_parser("tasks", help="the task ledger as a table")
     t.add_argument("--limit", type=int, default=20)

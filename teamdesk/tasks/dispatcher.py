@@ -1,0 +1,471 @@
+"""The outbox dispatcher: scan the ledger, reconcile with the queue, add, mark (D1–D8).
+
+One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
+
+1. **Scan** (D1) at most `dispatch_batch_size` WAITING rows that were never dispatched or
+   whose last enqueue check is older than `redispatch_age_s`, never-dispatched first, then
+   the longest-unchecked, then by `run_at`. There is no `run_at <= now` condition:
+   tomorrow's reminder is enqueued today as a delayed job.
+2. **Reconcile and enqueue** (D4, D2) each row against its queue job `task_job_id(id, run)`
+   (I2): look the job up, read its state, and add / refresh / re-add / fail it. Our
+   decision for a record in no state at all (`unknown`, e.g. after partial key loss): like
+   `completed`, remove it and add again — a plain add would be swallowed as a duplicate.
+3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
+   whose add or refresh succeeded, only *after* it succeeded. Zero rows matched is fine
+   (the job may already have completed the task); a COMPLETED row is never turned back.
+4. **Recover** (D6) RUNNING rows whose `updated_at` has not moved for
+   `stale_running_age_s`: back to WAITING, same run, lease and `dispatched_at` cleared.
+5. **Purge** (D7) the CSV of exports past `expires_at`; the row stays. Download checks
+   expiry itself (X2), so a late purge never serves an expired file.
+
+A tick that raises ends that round (D8): the rows after the failing one and the recovery
+and purge steps of that tick do not run; the rows whose add already succeeded are still
+marked. Every Redis call is bounded by `settings.redis_timeout_s`, so a tick against a
+dead or hung Redis raises within seconds instead of the Python bullmq port's silent
+~350 s of retries (ARCHITECTURE.md, "Python bullmq quirks").
+
+Duplicate dispatch is the normal case, not an accident (D5): two dispatchers, or a
+re-check after 30 s, may look at the same task; the fixed job id de-duplicates only while
+the job record exists, and correctness comes from the executor's lease (P1–P3).
+
+`DispatchLoop` runs ticks about every `dispatch_tick_s`, never two at once (D8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from sqlalchemy import Select, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from teamdesk import probes
+from teamdesk.config import Settings
+from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType
+from teamdesk.tasks.queue import JOB_NAME, task_job_id
+
+log = logging.getLogger("teamdesk.dispatcher")
+
+#: Queue states that mean "already queued, an executor will get it" (D4): refresh only.
+#: `paused` is what older Redis versions' getState script reports for a paused queue.
+QUEUED_STATES = frozenset(
+    {"waiting", "delayed", "active", "prioritized", "waiting-children", "paused"})
+
+#: The fixed, readable `last_error` of a task the queue gave up on while no executor held
+#: it (D4 failed branch, W3). No driver text, no stack trace (P8).
+QUEUE_FAILED_ERROR = ("Failed: the queue gave up on this round and no executor holds it. "
+                      "Use Retry to start a new round.")
+
+#: How many rows of one scan are reconciled at the same time. Each row's own steps stay in
+#: order (look up → add → mark); only different rows overlap, which hides Redis round-trip
+#: latency. 1 reproduces the book's strictly sequential loop.
+DEFAULT_CONCURRENCY = 8
+
+
+class QueueTimeout(TimeoutError):
+    """A Redis call of the dispatcher got no answer within `settings.redis_timeout_s`.
+
+    Raised instead of a bare `asyncio.TimeoutError` (whose message is empty) so the
+    dispatch fault line says which call timed out (D8)."""
+
+
+class DispatchQueue(Protocol):
+    """What the dispatcher needs from the queue: bullmq's `Queue` in production; the book's
+    "Redis offline" fake in one test (ch. 23 §7)."""
+
+    async def getJob(self, job_id: str) -> Any: ...  # bullmq's camelCase API
+
+    async def add(self, name: str, data: Any, opts: dict[str, Any]) -> Any: ...
+
+    def remove(self, job_id: str, opts: dict[str, Any] = ...) -> Awaitable[Any]: ...
+
+
+@dataclass
+class DispatchReport:
+    """What one tick did; `str()` is the one-line log form."""
+
+    #: WAITING rows the scan returned (D1).
+    scanned: int = 0
+    #: No job existed: added (D2, D4).
+    added: int = 0
+    #: The job was already queued (waiting/delayed/active/…): `dispatched_at` refreshed (D4).
+    refreshed: int = 0
+    #: The job record was completed (or orphaned) while the ledger is still WAITING: the old
+    #: record was removed and the job added again (D4, inferred).
+    re_added: int = 0
+    #: Queue said failed, ledger WAITING without a lease: set FAILED (D4, W3).
+    failed_from_queue: int = 0
+    #: RUNNING rows without progress for `stale_running_age_s`, back to WAITING (D6).
+    recovered_stale: int = 0
+    #: Expired export CSVs cleared (D7).
+    purged: int = 0
+
+    def __str__(self) -> str:
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+class _Outcome(enum.Enum):
+    ADDED = "added"
+    REFRESHED = "refreshed"
+    RE_ADDED = "re_added"
+    #: Queue says failed and the ledger row has no lease: fail it (conditionally).
+    FAIL = "fail"
+    #: Nothing to do and nothing to mark (failed job but the row carries a lease).
+    LEFT = "left"
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    run: int
+    run_at: datetime
+    execution_id: str | None
+
+
+def scan_query(settings: Settings, now: datetime) -> Select:
+    """The D1 scan: WAITING and (never dispatched or last checked before now - 30 s),
+    never-dispatched first, then longest-unchecked, then earliest `run_at`; at most
+    `dispatch_batch_size` rows. Served by the partial index `ix_background_tasks_dispatch`
+    (`dispatched_at ASC NULLS FIRST, run_at WHERE status = 'WAITING'`)."""
+    cutoff = now - timedelta(seconds=settings.redispatch_age_s)
+    t = BackgroundTask
+    return (
+        select(t.id, t.run, t.run_at, t.execution_id)
+        .where(t.status == TaskStatus.WAITING,
+               (t.dispatched_at.is_(None)) | (t.dispatched_at < cutoff))
+        .order_by(t.dispatched_at.asc().nulls_first(), t.run_at.asc())
+        .limit(settings.dispatch_batch_size)
+    )
+
+
+async def dispatch_tasks(
+    sessions: async_sessionmaker[AsyncSession],
+    queue: DispatchQueue,
+    settings: Settings,
+    *,
+    now: datetime | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> DispatchReport:
+    """Run one dispatcher tick (D1–D7) and return what it did.
+
+    `now` defaults to the wall clock; a test or lab may pass another instant to move the
+    30 s / 120 s / expiry clocks without waiting. Raises on the first Redis or database
+    error (D8): a Redis call that does not answer within `settings.redis_timeout_s` raises
+    `QueueTimeout`.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+    now = now or datetime.now(UTC)
+    started = time.perf_counter()
+    report = DispatchReport()
+    tick = _Tick(queue, settings, now)
+    async with sessions() as session:
+        # D1: a short read transaction. No row lock is held across the Redis calls: an
+        # executor's claim (P2) must never wait for the dispatcher.
+        async with session.begin():
+            rows = [_Row(*r) for r in (await session.execute(scan_query(settings, now))).all()]
+        report.scanned = len(rows)
+
+        outcomes, error = await tick.reconcile(rows, concurrency)
+
+        # D3: mark only the rows whose add/refresh succeeded, after it succeeded, with the
+        # id + run + WAITING condition. D4: fail what the queue gave up on, conditionally.
+        try:
+            await _write_outcomes(session, outcomes, now, report)
+        except Exception as write_error:
+            if error is None:
+                raise
+            # The Redis error is the tick's real cause; keep it, note the second one.
+            error.add_note(f"marking the rows already enqueued failed too: {write_error!r}")
+        if error is not None:
+            raise error  # D8: the round ends here; recovery and purge wait for a later tick
+
+        async with session.begin():
+            report.recovered_stale = await recover_stale_running(session, settings, now)
+        async with session.begin():
+            report.purged = await purge_expired_exports(session, now)
+
+    log.info("dispatch.tick %s ms=%d", report, round((time.perf_counter() - started) * 1000))
+    return report
+
+
+async def recover_stale_running(session: AsyncSession, settings: Settings,
+                                now: datetime) -> int:
+    """D6: RUNNING rows whose `updated_at` is older than `stale_running_age_s` go back to
+    WAITING with `execution_id` and `dispatched_at` cleared, same run (not run+1).
+
+    Clearing the lease fences the old executor: its next leased write matches 0 rows (P3,
+    P12). Clearing `dispatched_at` puts the row first in the next scan. `updated_at` is
+    advanced by the table's trigger, and export batch progress advances it too, so a slow
+    but live export is not taken away."""
+    t = BackgroundTask
+    result = await session.execute(
+        update(t)
+        .where(t.status == TaskStatus.RUNNING,
+               t.updated_at < now - timedelta(seconds=settings.stale_running_age_s))
+        .values(status=TaskStatus.WAITING, execution_id=None, dispatched_at=None)
+        .execution_options(synchronize_session=False))
+    return result.rowcount
+
+
+async def purge_expired_exports(session: AsyncSession, now: datetime) -> int:
+    """D7: clear `result_csv` of EXPORT rows past `expires_at`; keep the row (and its
+    summary) so the user still sees what happened."""
+    t = BackgroundTask
+    result = await session.execute(
+        update(t)
+        .where(t.type == TaskType.EXPORT, t.result_csv.is_not(None), t.expires_at < now)
+        .values(result_csv=None)
+        .execution_options(synchronize_session=False))
+    return result.rowcount
+
+
+async def _write_outcomes(session: AsyncSession, outcomes: Sequence[tuple[_Row, _Outcome]],
+                          now: datetime, report: DispatchReport) -> None:
+    t = BackgroundTask
+    marked = [(row.id, row.run) for row, o in outcomes
+              if o in (_Outcome.ADDED, _Outcome.REFRESHED, _Outcome.RE_ADDED)]
+    failing = [(row.id, row.run) for row, o in outcomes if o is _Outcome.FAIL]
+    for _row, o in outcomes:
+        if o is _Outcome.ADDED:
+            report.added += 1
+        elif o is _Outcome.REFRESHED:
+            report.refreshed += 1
+        elif o is _Outcome.RE_ADDED:
+            report.re_added += 1
+    if not marked and not failing:
+        return
+    async with session.begin():
+        if marked:
+            # D3: zero rows for a pair is fine — the job may have completed the task
+            # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
+            await session.execute(
+                update(t)
+                .where(tuple_(t.id, t.run).in_(marked), t.status == TaskStatus.WAITING)
+                .values(dispatched_at=now)
+                .execution_options(synchronize_session=False))
+        if failing:
+            # D4 failed branch: only a WAITING row of that run whose lease is empty. A
+            # RUNNING row is never failed from the queue's word (its lease may belong to
+            # a live executor); D6 must first recover it, and a later tick decides.
+            result = await session.execute(
+                update(t)
+                .where(tuple_(t.id, t.run).in_(failing), t.status == TaskStatus.WAITING,
+                       t.execution_id.is_(None))
+                .values(status=TaskStatus.FAILED, last_error=QUEUE_FAILED_ERROR)
+                .execution_options(synchronize_session=False))
+            report.failed_from_queue = result.rowcount
+
+
+class _Tick:
+    """The Redis side of one tick: reconcile each scanned row with its queue job."""
+
+    def __init__(self, queue: DispatchQueue, settings: Settings, now: datetime) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.now = now
+
+    async def reconcile(self, rows: Sequence[_Row], concurrency: int
+                        ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
+        """Reconcile rows, up to `concurrency` at a time, in scan order. On the first error
+        no further row is started (D8); rows already in flight finish (their Redis calls
+        are bounded). Returns the outcomes of the rows that succeeded and the error."""
+        outcomes: list[tuple[_Row, _Outcome]] = []
+        errors: list[Exception] = []
+        pending = iter(rows)
+
+        async def lane() -> None:
+            for row in pending:  # shared iterator: each row is taken by exactly one lane
+                if errors:
+                    return
+                try:
+                    outcomes.append((row, await self.reconcile_one(row)))
+                except Exception as err:
+                    errors.append(err)
+                    return
+
+        await asyncio.gather(*(lane() for _ in range(min(concurrency, len(rows)))))
+        if not errors:
+            return outcomes, None
+        first = errors[0]
+        if len(errors) > 1:
+            first.add_note(f"{len(errors) - 1} more row(s) failed in the same tick")
+        return outcomes, first
+
+    async def reconcile_one(self, row: _Row) -> _Outcome:
+        """D4 for one row; every branch names its rule."""
+        job_id = task_job_id(row.id, row.run)
+        job = await self._bounded(f"getJob({job_id})", self.queue.getJob(job_id))
+        if job is None:
+            # D4: no job → add (D2).
+            await self._add(row, job_id)
+            return _Outcome.ADDED
+        state = await self._bounded(f"getState({job_id})", job.getState())
+        if state in QUEUED_STATES:
+            # D4: waiting / delayed / active / prioritized / waiting-children (/ paused):
+            # already queued, an executor will get it. Refresh dispatched_at only (D3).
+            return _Outcome.REFRESHED
+        if state == "failed":
+            # D4: failed while the ledger is WAITING for this run. Only without a lease;
+            # the conditional UPDATE re-checks (id, run, WAITING, execution_id NULL).
+            # A WAITING row with a lease should not exist (P7, D6 and R2 clear it); if one
+            # does, leave it alone rather than fail a task someone may own.
+            return _Outcome.FAIL if row.execution_id is None else _Outcome.LEFT
+        # D4 (inferred): `completed` while the ledger is still WAITING for this run — the
+        # executor returned early (P1/P6, e.g. after losing its lease) and the record would
+        # de-duplicate every new add for ~24 h. Decision (ours): a record in no state at
+        # all (`unknown`: partial key loss, e.g. a lost wait list) is handled the same way,
+        # since adding on top of it would be ignored as a duplicate and the task would
+        # never run. Remove the old record, then add again.
+        removed = await self._bounded(f"remove({job_id})", self.queue.remove(job_id))
+        if not removed:
+            # removeJob refuses a locked job: a worker holds it right now (another
+            # dispatcher re-added it and it was picked up), so it is queued after all.
+            return _Outcome.REFRESHED
+        await self._add(row, job_id)
+        return _Outcome.RE_ADDED
+
+    async def _add(self, row: _Row, job_id: str) -> None:
+        """D2: `add("execute", {taskId, run}, jobId=task_job_id, delay=max(0, run_at-now))`.
+        A future `run_at` becomes a delayed job now (D1: no `run_at <= now` condition)."""
+        await probes.announce("dispatch.before_add", task_id=row.id, run=row.run)
+        # Whole milliseconds, as the book's `Math.max(0, runAt - Date.now())`.
+        delay_ms = max(0, (row.run_at - self.now) // timedelta(milliseconds=1))
+        await self._bounded(
+            f"add({job_id})",
+            self.queue.add(JOB_NAME, {"taskId": row.id, "run": row.run},
+                           {"jobId": job_id, "delay": delay_ms}))
+
+    async def _bounded(self, what: str, call: Awaitable[Any]) -> Any:
+        """Every Redis call of the dispatcher is bounded (ch. 23, D8)."""
+        timeout = self.settings.redis_timeout_s
+        try:
+            return await asyncio.wait_for(call, timeout)
+        except TimeoutError:
+            raise QueueTimeout(f"Redis did not answer {what} within {timeout:g} s") from None
+
+
+# ---------------------------------------------------------------- the tick loop (D8)
+
+DispatchFn = Callable[..., Awaitable[DispatchReport]]
+LoopListener = Callable[[str, dict[str, Any]], None]
+
+
+class DispatchLoop:
+    """Tick the dispatcher about every `settings.dispatch_tick_s`, never two ticks at once
+    (D8), the way the book's worker lifecycle does: a timer triggers ticks, and a trigger
+    that finds the previous tick still running is *skipped*, not overlapped. A tick that
+    raises is logged as one `dispatch.fault error=<type>: <message>` line (no traceback),
+    kept in `last_error` and counted in `faults`; the next trigger tries again.
+
+    `listener(event, info)` (optional) sees `tick.start`, `tick.done`, `tick.fault` and
+    `tick.skipped`; tests and labs use it to synchronise with the loop without sleeping.
+    `dispatch` is the tick function (default `dispatch_tasks`); a test may wrap it.
+    """
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        queue: DispatchQueue,
+        settings: Settings,
+        *,
+        dispatch: DispatchFn = dispatch_tasks,
+        listener: LoopListener | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.queue = queue
+        self.settings = settings
+        self.dispatch = dispatch
+        self.listener = listener
+        self.ticks = 0
+        self.faults = 0
+        self.skipped = 0
+        self.last_error: BaseException | None = None
+        self.last_report: DispatchReport | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._current: asyncio.Task[DispatchReport | None] | None = None
+        self._stopping = asyncio.Event()
+
+    @property
+    def running(self) -> bool:
+        return self._timer is not None and not self._timer.done()
+
+    def start(self) -> None:
+        """Start ticking (the first tick right away). Needs a running event loop."""
+        if self.running:
+            raise RuntimeError("dispatch loop is already running")
+        self._stopping = asyncio.Event()
+        self._timer = asyncio.create_task(self._run(), name="teamdesk-dispatch-loop")
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop triggering ticks and await the current one, at most `timeout` seconds
+        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls).
+        A tick still running after that is cancelled: anything it left undone is redone
+        by a later tick (D3, D5, D6)."""
+        self._stopping.set()
+        if timeout is None:
+            timeout = 2 * self.settings.redis_timeout_s + 5.0
+        tasks = {t for t in (self._timer, self._current) if t is not None and not t.done()}
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=timeout)
+                log.warning("dispatch.stop tick_cancelled_after_s=%g", timeout)
+        self._timer = None
+
+    def trigger(self) -> bool:
+        """Start a tick now unless one is running (D8). Returns whether one started."""
+        if self._current is not None and not self._current.done():
+            self.skipped += 1
+            self._emit("tick.skipped", skipped=self.skipped)
+            return False
+        self._current = asyncio.create_task(self._tick(), name="teamdesk-dispatch-tick")
+        return True
+
+    async def tick_once(self) -> DispatchReport | None:
+        """Trigger a tick and await it (or await the one already running): for the worker
+        process and labs that want a tick now without overlapping the timer's."""
+        self.trigger()
+        assert self._current is not None
+        return await asyncio.shield(self._current)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.settings.dispatch_tick_s
+        due = loop.time()
+        while not self._stopping.is_set():
+            self.trigger()
+            due += interval
+            if due < loop.time():  # ticks overran several intervals: do not burst
+                due = loop.time() + interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), due - loop.time())
+
+    async def _tick(self) -> DispatchReport | None:
+        self.ticks += 1
+        self._emit("tick.start", tick=self.ticks)
+        try:
+            report = await self.dispatch(self.sessions, self.queue, self.settings)
+        except Exception as err:
+            self.faults += 1
+            self.last_error = err
+            message = (str(err).strip().splitlines() or [""])[0]
+            log.error("dispatch.fault error=%s: %s", type(err).__name__, message)
+            self._emit("tick.fault", tick=self.ticks, error=err)
+            return None
+        self.last_report = report
+        self._emit("tick.done", tick=self.ticks, report=report)
+        return report
+
+    def _emit(self, event: str, **info: Any) -> None:
+        if self.listener is not None:
+            self.listener(event, info)

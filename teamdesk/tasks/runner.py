@@ -1,0 +1,117 @@
+"""The worker process (ch. 30, inferred; W4, D6, D8): `teamdesk worker`.
+
+One process runs the task worker built by `create_task_worker` (W1) and, beside it, the
+dispatch tick loop (D8). It writes a heartbeat, logs structured lines, and on SIGTERM or
+SIGINT drains: the dispatch loop stops, the worker stops fetching, the running job gets
+`drain_timeout_s` to finish, connections close, exit 0. Past the timeout the job is
+abandoned (force close) and the process exits 3; whatever it left RUNNING is picked up
+by another worker's stall check or by the dispatcher's stale recovery (D6).
+
+Heartbeat: a Redis key `<prefix>:teamdesk:heartbeat:<name>` holding JSON (pid, host,
+started_at, beat_at, ticks, faults), refreshed every `heartbeat_ttl_s / 3` with a TTL of
+`heartbeat_ttl_s`. It is deleted on a clean exit and expires on its own after a kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from datetime import UTC, datetime
+
+import redis.asyncio as aioredis
+
+from teamdesk import probes
+from teamdesk.config import Settings
+from teamdesk.db.engine import create_engine, session_factory
+from teamdesk.tasks.dispatcher import DispatchLoop
+from teamdesk.tasks.queue import create_task_queue, redis_client
+from teamdesk.tasks.worker import create_task_worker
+
+log = logging.getLogger("teamdesk.runner")
+
+#: Exit code when the drain timeout passed with a job still running.
+EXIT_DRAIN_TIMEOUT = 3
+
+
+def heartbeat_key(settings: Settings, name: str) -> str:
+    return f"{settings.queue_prefix}:teamdesk:heartbeat:{name}"
+
+
+async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[str, dict]:
+    """Live worker processes of this prefix, by name (for `teamdesk tasks`, labs, tests)."""
+    out = {}
+    async for key in client.scan_iter(match=heartbeat_key(settings, "*")):
+        raw = await client.get(key)
+        if raw:
+            out[key.rsplit(":", 1)[1]] = json.loads(raw)
+    return out
+
+
+async def run_worker_process(settings: Settings, *, name: str | None = None,
+                             stop: asyncio.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code."""
+    name = name or f"{socket.gethostname()}-{os.getpid()}"
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    uninstall_hold = probes.install_hold_from_env()
+
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    queue = create_task_queue(settings)
+    beat_client = redis_client(settings)
+    worker = await create_task_worker(settings, sessions, actor=name)
+    ticks = DispatchLoop(sessions, queue, settings)
+    ticks.start()
+    started = datetime.now(UTC).isoformat()
+    log.info("worker.started name=%s pid=%s queue=%s prefix=%s concurrency=%s", name,
+             os.getpid(), settings.queue_name, settings.queue_prefix,
+             settings.worker_concurrency)
+
+    async def beat() -> None:
+        key = heartbeat_key(settings, name)
+        while True:
+            payload = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": started,
+                       "beat_at": datetime.now(UTC).isoformat(), "ticks": ticks.ticks,
+                       "faults": ticks.faults}
+            try:
+                await beat_client.set(key, json.dumps(payload),
+                                      px=int(settings.heartbeat_ttl_s * 1000))
+            except Exception as err:  # Redis down: the dispatch loop reports it too
+                log.warning("worker.heartbeat_failed error=%s: %s", type(err).__name__, err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), settings.heartbeat_ttl_s / 3)
+            if stop.is_set():
+                return
+
+    beating = asyncio.create_task(beat())
+    await stop.wait()
+    t0 = time.monotonic()
+    log.info("worker.draining name=%s timeout_s=%s", name, settings.drain_timeout_s)
+    await ticks.stop()
+    graceful = await worker.close(timeout=settings.drain_timeout_s)
+    await beating
+    with contextlib.suppress(Exception):
+        await beat_client.delete(heartbeat_key(settings, name))
+    with contextlib.suppress(Exception):
+        await beat_client.aclose()
+    with contextlib.suppress(Exception):
+        await queue.close()
+    await engine.dispose()
+    if uninstall_hold:
+        uninstall_hold()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+    if graceful:
+        log.info("worker.stopped name=%s drained_in_s=%.2f", name, time.monotonic() - t0)
+        return 0
+    log.error("worker.drain_timeout name=%s timeout_s=%s: running job abandoned; stall "
+              "detection or stale recovery (D6) will pick it up", name, settings.drain_timeout_s)
+    return EXIT_DRAIN_TIMEOUT
