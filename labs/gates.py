@@ -8,6 +8,11 @@
 A gate catches the first crossing that matches (point, actor, and an optional predicate
 on the probe context) and lets every later crossing pass. Waiting is bounded: a timeout
 only reports a sync point that never came (`GateTimeout` names it), it never orders events.
+
+Both `Gate` and `Fault` accept an optional `observer(event, context)` callback, called in
+the executor's own task: a gate reports `"paused"` when it catches a crossing and
+`"released"` (or `"raised"`) when the executor leaves; a fault reports `"fired"`. Labs use
+it to put gate pauses into their history; nothing else depends on it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from typing import Any
 from teamdesk import probes
 
 DEFAULT_TIMEOUT_S = 8.0
+
+#: `observer(event, context)`: "paused" / "released" / "raised" (gates), "fired" (faults).
+Observer = Callable[[str, dict[str, Any]], None]
 
 
 class GateTimeout(AssertionError):
@@ -35,6 +43,7 @@ class Gate:
         actor: str | None = None,
         when: Callable[[dict[str, Any]], bool] | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        observer: Observer | None = None,
     ) -> None:
         if point not in probes.POINTS:
             raise ValueError(f"unknown probe point {point!r}; known: {', '.join(probes.POINTS)}")
@@ -42,6 +51,7 @@ class Gate:
         self.actor = actor
         self.when = when
         self.timeout = timeout
+        self.observer = observer
         self.context: dict[str, Any] | None = None
         self._reached = asyncio.Event()
         self._released = asyncio.Event()
@@ -67,15 +77,23 @@ class Gate:
             return
         self.context = dict(ctx)
         self._reached.set()
+        self._notify("paused", ctx)
         try:
             await self._released.wait()
         finally:
             self._passed.set()
         if self._raising is not None:
+            self._notify("raised", {**ctx, "error": self._raising})
             raise self._raising
+        self._notify("released", ctx)
+
+    def _notify(self, event: str, ctx: dict[str, Any]) -> None:
+        if self.observer is not None:
+            self.observer(event, ctx)
 
     @property
     def is_reached(self) -> bool:
+        """True once an executor has been caught here (even if since released)."""
         return self._reached.is_set()
 
     async def reached(self, timeout: float | None = None) -> dict[str, Any]:
@@ -112,10 +130,12 @@ class Fault:
     fault, e.g. a failing ledger write after the event INSERT."""
 
     def __init__(self, point: str, error: BaseException, *, actor: str | None = None,
-                 when: Callable[[dict[str, Any]], bool] | None = None, times: int = 1) -> None:
+                 when: Callable[[dict[str, Any]], bool] | None = None, times: int = 1,
+                 observer: Observer | None = None) -> None:
         if point not in probes.POINTS:
             raise ValueError(f"unknown probe point {point!r}")
         self.point, self.error, self.actor, self.when = point, error, actor, when
+        self.observer = observer
         self.remaining = times
         self.fired = 0
         self._uninstall = probes.install(self._handle)
@@ -129,7 +149,15 @@ class Fault:
             return
         self.remaining -= 1
         self.fired += 1
+        if self.observer is not None:
+            self.observer("fired", {**ctx, "error": self.error})
         raise self.error
 
+    def __repr__(self) -> str:
+        who = f" actor={self.actor}" if self.actor else ""
+        return (f"<Fault {self.point}{who} {type(self.error).__name__} fired={self.fired} "
+                f"remaining={self.remaining}>")
+
     def close(self) -> None:
+        """Uninstall: later crossings pass untouched."""
         self._uninstall()

@@ -2,7 +2,8 @@
 
 A `Recorder` is an `on_event` hook for `create_task_worker`. It keeps every event
 (`failed`, `stalled`, `completed`, `error`) with the actor that saw it, and lets a test or
-notebook cell wait — bounded — for the one it needs.
+notebook cell wait — bounded — for the one it needs. Other observers (a lab's error list,
+its history) can `subscribe` to see each event as it arrives.
 """
 
 from __future__ import annotations
@@ -19,10 +20,25 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self._changed = asyncio.Event()
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def __call__(self, kind: str, fields: dict[str, Any]) -> None:
-        self.events.append({"kind": kind, "t": time.monotonic(), **fields})
+        event = {"kind": kind, "t": time.monotonic(), **fields}
+        self.events.append(event)
         self._changed.set()
+        for listener in tuple(self._listeners):
+            listener(event)
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call `listener(event)` for every later event (the dict stored in `events`);
+        returns the function that unsubscribes it."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         """Events of `kind` whose fields equal `match`."""

@@ -1,0 +1,697 @@
+"""`Lab`: one isolated TeamDesk world per notebook or test.
+
+    lab = await Lab.open("race")                 # in a notebook (top-level await)
+    a = await lab.start_worker("A", **STUCK)     # renewal off, 1 s lock
+    task = await lab.request_export({"status": ["OPEN"]})
+    await lab.dispatch()                         # one dispatcher scan
+    ...
+    await lab.close()                            # stops everything, checks lab.errors
+
+    async with Lab.open("race") as lab:          # in a test or a script
+        ...
+
+A lab owns:
+
+- **its own database**, cloned from the migrated template (`CREATE DATABASE … TEMPLATE`,
+  milliseconds), seeded with the demo team `acme` (`teamdesk.seed.seed_demo`);
+- **its own BullMQ prefix** (`lab<10 hex>`), so its queue, jobs and locks live under keys
+  no other lab or test touches;
+- **its workers** (`start_worker`), built by the product's `create_task_worker` and run in
+  this process; their probe crossings, log lines and events are attributed to this lab
+  (a context variable follows each worker's tasks), so two labs open at once never see
+  each other's tasks, jobs, gates or history rows;
+- **its error list** (`lab.errors`): every worker `failed`/`error` event and every
+  exception the asyncio loop reports (those cannot be attributed to one lab on Python
+  3.11, so every open lab on that loop gets them) — background failures never vanish;
+- **its history** (`lab.history`, see `labs.history`), **its recorder**
+  (`lab.recorder`, see `labs.recorder`) to wait on worker events, and **its log**
+  (`lab.logs`): the product's log lines from its workers and scans, which a notebook
+  would otherwise print under the wrong cell or drop.
+
+Closing (`close()`) releases the lab's gates, closes its workers (bounded wait, then
+forced), runs the clean-ups registered with `add_cleanup` (a proxy started for the lab
+stops), deletes every Redis key under its prefix, drops its database and restores the
+loop's exception handler. It is idempotent. Then it **raises `LabErrors`** if any error
+in `lab.errors` was not acknowledged — so a notebook's last cell, or a test, fails loudly
+when something went wrong in the background. Expected failures (a retry scenario, the late
+executor of a takeover race) are acknowledged first with `lab.acknowledge(...)`;
+`close(check=False)` only returns them. Errors that arrive while the lab or that worker
+is closing (an executor released by the close itself, a connection closed under a
+worker) are recorded but acknowledged automatically.
+
+The lab holds no product logic: it calls `teamdesk` services, the queue, the dispatcher
+and the worker factory exactly as the product does, and observes through probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import contextvars
+import inspect
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from labs import _scope
+from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
+from labs.history import History
+from labs.recorder import Recorder
+from teamdesk import devservices
+from teamdesk.config import Settings
+from teamdesk.db.engine import create_engine, session_factory
+from teamdesk.db.models import BackgroundTask, Priority, Scope, Ticket
+from teamdesk.db.templates import clone_database, drop_database
+from teamdesk.seed import DEMO_TEAM, SeedSummary, seed_demo
+from teamdesk.services import exports as export_services
+from teamdesk.services import tasks as task_services
+from teamdesk.services import tickets as ticket_services
+from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task_job_id
+from teamdesk.tasks.worker import TaskWorker, create_task_worker
+
+#: Worker options of the takeover race: the stuck executor A — lock renewal off, a 1 s
+#: lock, and no stall check of its own (ch. 26 §7). `await lab.start_worker("A", **STUCK)`.
+STUCK: dict[str, Any] = {"renew_lock": False, "lock_duration_ms": 1000,
+                         "stalled_interval_ms": 60_000}
+#: The watchful executor B: checks for stalled jobs every 100 ms.
+WATCHFUL: dict[str, Any] = {"stalled_interval_ms": 100}
+
+#: How many product log lines a lab keeps (`lab.logs`), newest last.
+_MAX_LOG_LINES = 5000
+
+#: Settings a worker may not override: they are what isolates the lab.
+_FIXED = frozenset({"database_url", "redis_url", "queue_prefix", "queue_name"})
+
+
+@dataclass
+class LabError:
+    """One background failure: a worker `failed`/`error` event, a loop exception, or a
+    clean-up step of `close()` that did not work."""
+
+    #: Seconds since the lab opened.
+    time: float
+    #: "worker failed", "worker error", "worker run", "loop" or "close".
+    source: str
+    actor: str | None
+    job_id: str | None
+    message: str
+    #: Acknowledged errors are expected ones: `close()` does not raise for them.
+    acknowledged: bool = False
+
+    def __str__(self) -> str:
+        who = f" {self.actor}" if self.actor else ""
+        job = f" job {self.job_id}" if self.job_id else ""
+        ack = " (acknowledged)" if self.acknowledged else ""
+        return f"[{self.time:7.3f}s] {self.source}{who}{job}: {self.message}{ack}"
+
+
+class LabErrors(AssertionError):
+    """Raised by `Lab.close()` / `Lab.check()`: background errors nobody acknowledged."""
+
+    def __init__(self, name: str, errors: list[LabError]) -> None:
+        self.errors = errors
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(
+            f"lab {name!r} saw {len(errors)} unacknowledged background error(s):\n{lines}\n"
+            "If they were expected, call lab.acknowledge(...) before closing.")
+
+
+# ---------------------------------------------------------------- loop exception handler
+
+_LOOP_LABS: dict[asyncio.AbstractEventLoop, list[Lab]] = {}
+_LOOP_PREVIOUS: dict[asyncio.AbstractEventLoop, Any] = {}
+
+
+def _loop_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    for lab in tuple(_LOOP_LABS.get(loop, ())):
+        lab._on_loop_exception(context)
+    previous = _LOOP_PREVIOUS.get(loop)
+    if previous is not None:
+        previous(loop, context)
+    else:
+        loop.default_exception_handler(context)
+
+
+def _watch_loop(loop: asyncio.AbstractEventLoop, lab: Lab) -> None:
+    if loop not in _LOOP_LABS:
+        _LOOP_PREVIOUS[loop] = loop.get_exception_handler()
+        loop.set_exception_handler(_loop_handler)
+        _LOOP_LABS[loop] = []
+    _LOOP_LABS[loop].append(lab)
+
+
+def _unwatch_loop(loop: asyncio.AbstractEventLoop, lab: Lab) -> None:
+    labs = _LOOP_LABS.get(loop)
+    if labs is None or lab not in labs:
+        return
+    labs.remove(lab)
+    if labs:
+        return
+    del _LOOP_LABS[loop]
+    previous = _LOOP_PREVIOUS.pop(loop, None)
+    if loop.get_exception_handler() is _loop_handler:  # never clobber someone else's
+        loop.set_exception_handler(previous)
+
+
+# ---------------------------------------------------------------- opening
+
+
+class _Opening:
+    """What `Lab.open()` returns: `await` it for a lab, or use it in `async with`."""
+
+    def __init__(self, factory: Callable[[], Awaitable[Lab]]) -> None:
+        self._factory = factory
+        self._lab: Lab | None = None
+
+    def __await__(self):
+        return self._factory().__await__()
+
+    def __repr__(self) -> str:
+        return ("<Lab.open(...) not opened yet: use `lab = await Lab.open(...)` or "
+                "`async with Lab.open(...) as lab:`>")
+
+    async def __aenter__(self) -> Lab:
+        self._lab = await self._factory()
+        return self._lab
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._lab is not None:
+            await self._lab.__aexit__(*exc)
+
+
+class Lab:
+    """One isolated world: its own database, BullMQ prefix, workers, errors and history.
+
+    Create it with `Lab.open(...)` (see there), never directly. Attributes a cell can use:
+
+    - `settings` — the lab's `Settings` (its database URL and queue prefix included);
+    - `sessions` — an `async_sessionmaker` on the lab's database;
+    - `queue` — the lab's bullmq `Queue` (the dispatcher's queue);
+    - `redis` — a plain fail-fast Redis client (same server);
+    - `team` — the seeded demo team id (`"acme"`: ada admin, ben/cai agents,
+      dan/eve/fay customers); `seeded` — what was seeded;
+    - `workers` — name → running `TaskWorker`;
+    - `recorder`, `history`, `errors` — see the module docstring.
+    """
+
+    def __init__(self, name: str, settings: Settings, close_timeout: float) -> None:
+        self.name = name
+        self.settings = settings
+        self.close_timeout = close_timeout
+        self.team = DEMO_TEAM
+        self.seeded: SeedSummary | None = None
+        self.started = time.monotonic()
+        self.recorder = Recorder()
+        self.history = History(start=self.started)
+        self.workers: dict[str, TaskWorker] = {}
+        self._errors: list[LabError] = []
+        #: The product's log lines (INFO and up) from this lab's workers and scans.
+        self.logs: collections.deque[str] = collections.deque(maxlen=_MAX_LOG_LINES)
+        self._cleanups: list[Callable[[], Any]] = []
+        self._gates: list[Gate | Fault] = []
+        self._closing = False
+        self._closed = False
+        self._teardown_task: asyncio.Future[None] | None = None
+        self._stopping: set[str] = set()
+        self._engine: Any = None
+        self.sessions: Any = None
+        self.queue: Any = None
+        self.redis: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._routed = False
+
+    # ------------------------------------------------------------ life cycle
+
+    @classmethod
+    def open(cls, name: str = "lab", *, settings: Settings | None = None, seed: bool = True,
+             tickets: int = 300, close_timeout: float = 5.0, **timings: Any) -> _Opening:
+        """Open a new lab world: `lab = await Lab.open()` or `async with Lab.open() as lab`.
+
+        - `name` — a label for messages and `repr` (the prefix and database get random
+          suffixes anyway, so two labs may share a name);
+        - `settings` — where PostgreSQL and Redis are; default: `DATABASE_URL` /
+          `REDIS_URL`, or the embedded servers started on demand (`teamdesk.devservices`);
+        - `seed` / `tickets` — seed the demo team with that many tickets (same data every
+          time);
+        - `close_timeout` — seconds a worker may take to finish its job when closed before
+          it is forced;
+        - `**timings` — `Settings` fields for the whole lab, e.g. `backoff_delay_ms=30`,
+          `redispatch_age_s=1` (per-worker timings go to `start_worker`).
+        """
+        bad = set(timings) & {"database_url", "queue_prefix"}
+        if bad:
+            raise ValueError(f"a lab chooses its own {', '.join(sorted(bad))}")
+
+        async def create() -> Lab:
+            base = await asyncio.to_thread(devservices.resolve_settings, settings)
+            if timings:
+                base = base.replace(**timings)
+            url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_lab")
+            lab = cls(name, base.replace(database_url=url,
+                                         queue_prefix=f"lab{uuid.uuid4().hex[:10]}"),
+                      close_timeout)
+            try:
+                await lab._start(seed=seed, tickets=tickets)
+            except BaseException:
+                await lab.close(check=False)
+                raise
+            return lab
+
+        return _Opening(create)
+
+    async def _start(self, *, seed: bool, tickets: int) -> None:
+        self._engine = create_engine(self.settings.database_url)
+        self.sessions = session_factory(self._engine)
+        self.queue = create_task_queue(self.settings)
+        self.redis = redis_client(self.settings)
+        self._unsubscribe = self.recorder.subscribe(self._on_worker_event)
+        _scope.ROUTER.acquire()
+        self._routed = True
+        self._loop = asyncio.get_running_loop()
+        _watch_loop(self._loop, self)
+        if seed:
+            async with self.sessions() as session:
+                self.seeded = await seed_demo(session, tickets=tickets)
+
+    async def __aenter__(self) -> Lab:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            await self.close()
+            return
+        # Do not hide the body's own error; attach the background ones to it.
+        pending = await self.close(check=False)
+        if pending and isinstance(exc, Exception):
+            exc.add_note(str(LabErrors(self.name, pending)))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        db = (self.settings.database_url or "").rsplit("/", 1)[-1]
+        return (f"<Lab {self.name!r} {state} db={db} prefix={self.settings.queue_prefix} "
+                f"workers={sorted(self.workers)} errors={len(self.unacknowledged)}>")
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` has run."""
+        return self._closed
+
+    async def close(self, *, check: bool = True) -> list[LabError]:
+        """Stop everything this lab started and delete what it created; idempotent.
+
+        In order: release its gates and faults, close its workers (each: a bounded
+        graceful close, then forced), run the `add_cleanup` callbacks (proxies), close its
+        queue, delete every Redis key under its prefix, drop its database, restore the
+        loop's exception handler. A step that fails is recorded in `lab.errors` (source
+        "close") and the others still run. Two overlapping calls share one teardown.
+
+        Returns the unacknowledged errors. With `check=True` (the default) it raises
+        `LabErrors` listing them instead — every time it is called, so the failure is
+        never lost. `check=False` just returns them.
+        """
+        if self._teardown_task is None:
+            self._closing = True
+            self._teardown_task = asyncio.ensure_future(self._teardown())
+        await asyncio.shield(self._teardown_task)
+        pending = self.unacknowledged
+        if check and pending:
+            raise LabErrors(self.name, pending)
+        return pending
+
+    async def _teardown(self) -> None:
+        try:
+            await self._release_everything()
+        finally:
+            self._closed = True
+
+    async def _release_everything(self) -> None:
+        for g in self._gates:
+            g.close()
+        self._gates.clear()
+        workers = list(self.workers.items())
+        self.workers.clear()
+        if workers:
+            results = await asyncio.gather(
+                *(w.close(timeout=self.close_timeout) for _, w in workers),
+                return_exceptions=True)
+            for (name, _), result in zip(workers, results, strict=True):
+                if isinstance(result, BaseException):
+                    self._close_problem(f"closing worker {name}", result)
+        for cleanup in reversed(self._cleanups):
+            try:
+                result = cleanup()
+                if inspect.isawaitable(result):
+                    await asyncio.wait_for(result, self.close_timeout)
+            except Exception as err:
+                self._close_problem(f"cleanup {getattr(cleanup, '__qualname__', cleanup)}",
+                                    err)
+        self._cleanups.clear()
+        timeout = max(self.settings.redis_timeout_s, 1.0) * 2
+        if self.queue is not None:
+            try:
+                await asyncio.wait_for(self.queue.close(), timeout)
+            except Exception as err:
+                self._close_problem("closing the queue", err)
+        if self.redis is not None:
+            try:
+                await asyncio.wait_for(self._delete_keys(), timeout * 3)
+            except Exception as err:
+                self._close_problem(
+                    f"deleting the Redis keys under prefix {self.settings.queue_prefix!r} "
+                    "(is Redis running?)", err)
+            with contextlib.suppress(Exception):
+                await self.redis.aclose()
+        if self._engine is not None:
+            with contextlib.suppress(Exception):
+                await self._engine.dispose()
+        try:
+            await asyncio.to_thread(drop_database, self.settings.database_url)
+        except Exception as err:
+            self._close_problem("dropping the lab database", err)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._routed:
+            _scope.ROUTER.release()
+            self._routed = False
+        if self._loop is not None:
+            _unwatch_loop(self._loop, self)
+
+    def add_cleanup(self, cleanup: Callable[[], Any]) -> None:
+        """Have `close()` call `cleanup()` (sync or async, bounded by `close_timeout`)
+        after the workers are closed and before the Redis keys and the database go; the
+        last added runs first. `labs.faults.RedisProxy.start(lab)` uses it."""
+        self._cleanups.append(cleanup)
+
+    async def _delete_keys(self) -> int:
+        keys = [k async for k in self.redis.scan_iter(match=f"{self.settings.queue_prefix}:*",
+                                                      count=500)]
+        for i in range(0, len(keys), 500):
+            await self.redis.delete(*keys[i:i + 500])
+        return len(keys)
+
+    def _close_problem(self, what: str, err: BaseException) -> None:
+        self._errors.append(LabError(self._now(), "close", None, None,
+                                     f"{what} failed: {type(err).__name__}: {err}"))
+
+    def _require_open(self) -> None:
+        if self._closed or self._closing:
+            raise RuntimeError(f"lab {self.name!r} is closed; open a new one with Lab.open()")
+
+    # ------------------------------------------------------------ errors
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+    @property
+    def errors(self) -> list[LabError]:
+        """Every background error seen so far (acknowledged ones included), in order."""
+        return list(self._errors)
+
+    @property
+    def unacknowledged(self) -> list[LabError]:
+        """The errors `close()` and `check()` would raise for."""
+        return [e for e in self._errors if not e.acknowledged]
+
+    def acknowledge(self, *, source: str | None = None, actor: str | None = None,
+                    job_id: str | None = None, contains: str | None = None) -> int:
+        """Mark matching errors as expected; returns how many were newly acknowledged.
+
+        All filters given must match: `source` ("worker failed", "worker error",
+        "worker run", "loop", "close"), `actor` (worker name), `job_id`, `contains` (a
+        substring of the message). With no filter at all, every current error is acknowledged."""
+        n = 0
+        for e in self._errors:
+            if e.acknowledged:
+                continue
+            if ((source is None or e.source == source) and (actor is None or e.actor == actor)
+                    and (job_id is None or e.job_id == job_id)
+                    and (contains is None or contains in e.message)):
+                e.acknowledged = True
+                n += 1
+        return n
+
+    def check(self) -> None:
+        """Raise `LabErrors` now if there are unacknowledged background errors (for an
+        assertion cell in the middle of a notebook)."""
+        if self.unacknowledged:
+            raise LabErrors(self.name, self.unacknowledged)
+
+    def _on_worker_event(self, event: dict[str, Any]) -> None:
+        self.history.on_worker_event(event)
+        if event.get("kind") in ("failed", "error"):
+            self._errors.append(LabError(
+                round(event["t"] - self.started, 3), f"worker {event['kind']}",
+                event.get("actor"), event.get("job_id"), str(event.get("error")),
+                acknowledged=self._closing or event.get("actor") in self._stopping))
+
+    def _on_loop_exception(self, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        message = str(context.get("message") or "")
+        if exc is not None:
+            message = f"{message}: {type(exc).__name__}: {exc}" if message else (
+                f"{type(exc).__name__}: {exc}")
+        self._errors.append(LabError(self._now(), "loop", None, None, message,
+                                     acknowledged=self._closing))
+        self.history.add(actor="loop", type="info", op="loop exception", detail=message)
+
+    # ------------------------------------------------------------ routing (labs._scope)
+
+    def _on_probe(self, point: str, ctx: dict[str, Any], actor: str | None) -> None:
+        self.history.on_probe(point, ctx, actor)
+
+    def _on_log(self, record: Any, actor: str | None) -> None:
+        self.logs.append(f"{self._now():8.3f} {record.levelname:<7} {actor or '-':<10} "
+                         f"{record.getMessage()}")
+        self.history.on_log(record, actor)
+
+    def _mine(self, ctx: dict[str, Any]) -> bool:
+        scope = _scope.current()
+        return scope is not None and scope.sink is self
+
+    # ------------------------------------------------------------ workers
+
+    async def start_worker(self, name: str = "W", *, renew_lock: bool = True,
+                           options: dict[str, Any] | None = None,
+                           redis_url: str | None = None, **timings: Any) -> TaskWorker:
+        """Start an in-process task worker named `name` (its actor label in gates, logs
+        and the history), built by the product's `create_task_worker`.
+
+        A worker of the same name is closed first, so a re-run notebook cell never
+        leaves two running. Options:
+
+        - `renew_lock=False` — never renew the job lock (the stuck executor);
+        - `**timings` — Settings fields for this worker only, e.g.
+          `lock_duration_ms=1000`, `stalled_interval_ms=100`, `backoff_delay_ms=30`,
+          `export_limit=5`; presets: `**STUCK` (A) and `**WATCHFUL` (B);
+        - `options` — raw BullMQ worker options (camelCase), applied last;
+        - `redis_url` — connect through another address of the same Redis, e.g. a
+          `labs.faults.RedisProxy`'s `url`, to cut this worker alone.
+
+        Returns the `TaskWorker`; `lab.stop_worker(name)` closes it."""
+        self._require_open()
+        bad = set(timings) & _FIXED
+        if bad:
+            raise ValueError(f"{', '.join(sorted(bad))} cannot change per worker: they "
+                             "isolate the lab (use redis_url= for a proxy)")
+        await self.stop_worker(name)
+        settings = self.settings.replace(**timings)
+        if redis_url:
+            settings = settings.replace(redis_url=redis_url)
+        scope = _scope.Scope(self, name)
+        ctx = contextvars.copy_context()
+        ctx.run(_scope.SCOPE.set, scope)
+        # Created and started inside the lab's context: every task the worker spawns
+        # (its run loop, each job) inherits it, so probes know whose crossing it is.
+        worker = await asyncio.create_task(create_task_worker(
+            settings, self.sessions, actor=name, renew_lock=renew_lock, options=options,
+            on_event=self.recorder, start=False), context=ctx)
+        worker.worker.on("active", self._active_listener(name))
+        self._guard_run(name, worker)
+        ctx.run(worker.start)
+        self.workers[name] = worker
+        return worker
+
+    def _guard_run(self, name: str, worker: TaskWorker) -> None:
+        """Record a crash of the worker's run loop in `lab.errors` when it happens.
+
+        Unguarded, it would surface only when the finished task is garbage-collected
+        ("Task exception was never retrieved"), at a random later moment and in whatever
+        lab is open then. A crash while the worker is closing (bullmq's run loop can trip
+        over its own connection being closed during start-up) is recorded as
+        acknowledged. The wrapper sits on the bullmq `Worker` instance that
+        `TaskWorker.start()` runs; the product is unchanged."""
+        bull = worker.worker
+        run = bull.run
+
+        async def guarded_run() -> Any:
+            try:
+                return await run()
+            except Exception as err:
+                closing = bool(getattr(bull, "closing", False)) or self._closing
+                self._errors.append(LabError(
+                    self._now(), "worker run", name, None,
+                    f"the worker's run loop ended with {type(err).__name__}: {err}"
+                    + (" (while closing)" if closing else ""), acknowledged=closing))
+                self.history.add(actor=name, type="info", op="worker error",
+                                 detail=f"run loop ended: {type(err).__name__}: {err}")
+                return None
+
+        bull.run = guarded_run
+
+    def _active_listener(self, name: str) -> Callable[..., None]:
+        def on_active(job: Any, *args: Any) -> None:
+            data = job.data if isinstance(job.data, dict) else {}
+            self.recorder("active", {"actor": name, "task_id": data.get("taskId"),
+                                     "run": data.get("run"), "job_id": job.id})
+        return on_active
+
+    async def stop_worker(self, name: str, timeout: float | None = None) -> bool | None:
+        """Close the worker `name`: it stops taking jobs, its running job gets `timeout`
+        seconds (default `close_timeout`) to finish, then it is forced. Returns True if it
+        closed gracefully, False if forced, None if there was no such worker. A job held
+        at a gate only finishes once the gate is released."""
+        worker = self.workers.pop(name, None)
+        if worker is None:
+            return None
+        self._stopping.add(name)
+        try:
+            return await worker.close(timeout=self.close_timeout if timeout is None else timeout)
+        finally:
+            self._stopping.discard(name)
+
+    async def stop_workers(self) -> None:
+        """Close every worker of this lab (concurrently, each bounded)."""
+        names = list(self.workers)
+        await asyncio.gather(*(self.stop_worker(n) for n in names))
+
+    # ------------------------------------------------------------ gates, faults, events
+
+    def gate(self, point: str, *, actor: str | None = None,
+             when: Callable[[dict[str, Any]], bool] | None = None,
+             timeout: float = DEFAULT_TIMEOUT_S) -> Gate:
+        """A `labs.gates.Gate` that only catches this lab's executors (and `actor`, if
+        given); its pause and release appear in the history; `close()` releases it."""
+        self._require_open()
+        g = Gate(point, actor=actor, timeout=timeout,
+                 when=lambda ctx: self._mine(ctx) and (when is None or when(ctx)),
+                 observer=lambda event, ctx: self.history.on_gate("gate", point, event, ctx))
+        self._gates.append(g)
+        return g
+
+    def fault(self, point: str, error: BaseException, *, actor: str | None = None,
+              when: Callable[[dict[str, Any]], bool] | None = None, times: int = 1) -> Fault:
+        """A `labs.gates.Fault`: raise `error` at the next `times` crossings of `point` by
+        this lab's executors (and `actor`, if given). Recorded in the history."""
+        self._require_open()
+        f = Fault(point, error, actor=actor, times=times,
+                  when=lambda ctx: self._mine(ctx) and (when is None or when(ctx)),
+                  observer=lambda event, ctx: self.history.on_gate("fault", point, event, ctx))
+        self._gates.append(f)
+        return f
+
+    async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
+                       where: Callable[[dict[str, Any]], bool] | None = None,
+                       **match: Any) -> dict[str, Any]:
+        """Wait (bounded) for a worker event of this lab: `kind` is "active",
+        "completed", "failed", "stalled" or "error"; `match` compares fields such as
+        `actor="B"`, `job_id="T7KQ2M-0"`, `task_id=...`. Returns the event."""
+        return await self.recorder.wait_for(kind, timeout=timeout, where=where, **match)
+
+    # ------------------------------------------------------------ the dispatcher
+
+    async def dispatch(self, *, now: datetime | None = None, queue: Any = None) -> Any:
+        """Run one dispatcher scan (`teamdesk.tasks.dispatcher.dispatch_tasks`) on this
+        lab and return its `DispatchReport` (scanned, added, refreshed, re_added,
+        failed_from_queue, recovered_stale, purged).
+
+        `now` moves the dispatcher's clock (e.g. `now=datetime.now(UTC) +
+        timedelta(seconds=121)` makes RUNNING rows look stale, D6) without waiting;
+        `queue` replaces the lab's queue (e.g. one built on a proxy's settings). A failing
+        scan raises here, in your cell, and is recorded in the history."""
+        from teamdesk.tasks.dispatcher import dispatch_tasks
+
+        self._require_open()
+        token = _scope.SCOPE.set(_scope.Scope(self, "dispatcher"))
+        self.history.add(actor="dispatcher", type="invoke", op="dispatch",
+                         detail=f"now={now.isoformat()}" if now else "")
+        try:
+            report = await dispatch_tasks(self.sessions, queue or self.queue, self.settings,
+                                          now=now)
+        except Exception as err:
+            self.history.add(actor="dispatcher", type="fail", op="dispatch",
+                             detail=f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            _scope.SCOPE.reset(token)
+        self.history.add(actor="dispatcher", type="ok", op="dispatch", detail=str(report))
+        return report
+
+    # ------------------------------------------------------------ services (thin wrappers)
+
+    async def create_ticket(self, title: str = "Call the customer back", *,
+                            actor: str = "eve", due_at: datetime | None = None,
+                            assignee_id: str | None = None,
+                            priority: Priority | str = Priority.NORMAL,
+                            ) -> tuple[Ticket, BackgroundTask | None]:
+        """`teamdesk.services.tickets.create_ticket` in the demo team: the ticket, its
+        `created` event and (with `due_at`) its REMINDER task, in one transaction (O1).
+        Returns (ticket, reminder task or None)."""
+        async with self.sessions() as session:
+            return await ticket_services.create_ticket(
+                session, self.team, actor, title, priority=priority, due_at=due_at,
+                assignee_id=assignee_id)
+
+    async def set_due_date(self, ticket_id: int, due_at: datetime | None, *,
+                           actor: str = "ben") -> tuple[Ticket, BackgroundTask | None]:
+        """`teamdesk.services.tickets.set_due_date`: earlier reminders become no-ops, a
+        new REMINDER task is written for the new revision (O3)."""
+        async with self.sessions() as session:
+            return await ticket_services.set_due_date(session, self.team, actor, ticket_id,
+                                                      due_at)
+
+    async def request_export(self, filters: dict[str, Any] | None = None, *,
+                             user: str = "ben", scope: Scope | str | None = None
+                             ) -> BackgroundTask:
+        """`teamdesk.services.exports.request_export` in the demo team: writes an EXPORT
+        task (WAITING, run 0, not dispatched) and nothing else (O1, O4). `user` "ben" is
+        an agent (team scope); "dan" a customer (own tickets)."""
+        async with self.sessions() as session:
+            return await export_services.request_export(
+                session, self.team, user, filters, scope=scope, settings=self.settings)
+
+    async def retry(self, task_id: str, *, user: str = "ben") -> BackgroundTask:
+        """`teamdesk.services.tasks.retry_task`: a FAILED task opens run+1 (R1, R2)."""
+        async with self.sessions() as session:
+            return await task_services.retry_task(session, self.team, user, task_id)
+
+    async def task(self, task_id: str) -> BackgroundTask:
+        """The ledger row of `task_id`, read now (`KeyError` if this lab has no such task)."""
+        async with self.sessions() as session:
+            task = await session.scalar(select(BackgroundTask).where(
+                BackgroundTask.id == task_id))
+        if task is None:
+            raise KeyError(f"no task {task_id!r} in lab {self.name!r}")
+        return task
+
+    async def enqueue(self, task_id: str, run: int | None = None, **opts: Any) -> Any:
+        """Add the task's job exactly as the dispatcher does (D2: name "execute", data
+        `{taskId, run}`, job id `<task>-<run>`), without touching the ledger. `run`
+        defaults to the ledger's current run; `opts` are extra BullMQ job options.
+        A shortcut for cells that are not about dispatching."""
+        if run is None:
+            run = (await self.task(task_id)).run
+        return await self.queue.add(JOB_NAME, {"taskId": task_id, "run": run},
+                                    {"jobId": task_job_id(task_id, run), **opts})
+
+    async def job(self, task_id: str, run: int | None = None) -> Any:
+        """The queue's job for that task run (default: the ledger's current run), or None."""
+        if run is None:
+            run = (await self.task(task_id)).run
+        return await self.queue.getJob(task_job_id(task_id, run))

@@ -1,0 +1,185 @@
+"""pandas views of a lab: the ledger, the queue, and the two side by side with a verdict.
+
+    await ledger(lab)            # background_tasks rows, oldest first
+    await queue(lab)             # every job record under the lab's prefix
+    await ledger_vs_queue(lab)   # one row per task (+ orphan jobs) with a `verdict`
+
+The column orders are fixed (`LEDGER_COLUMNS`, `QUEUE_COLUMNS`, `COMPARE_COLUMNS`) so a
+notebook can assert on them. Ids are short: task ids are already short (`T7KQ2M`), job ids
+are `<task>-<run>` (I2), and execution ids are cut to 8 characters. Every Redis call is
+bounded by `settings.redis_timeout_s`: against a dead Redis, `queue()` and
+`ledger_vs_queue()` raise within seconds, while `ledger()` still works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import pandas as pd
+from sqlalchemy import select
+
+from labs.history import short
+from teamdesk.db.models import BackgroundTask, TaskStatus
+from teamdesk.tasks.queue import task_job_id
+
+T = TypeVar("T")
+
+LEDGER_COLUMNS: tuple[str, ...] = ("id", "type", "run", "status", "attempts", "progress",
+                                   "execution", "dispatched_at", "updated_at", "last_error")
+QUEUE_COLUMNS: tuple[str, ...] = ("job_id", "task_id", "run", "state", "attemptsMade",
+                                  "progress", "failedReason")
+COMPARE_COLUMNS: tuple[str, ...] = ("task_id", "type", "run", "status", "progress", "execution",
+                                    "job_id", "state", "attemptsMade", "job_progress",
+                                    "verdict")
+
+#: Verdicts of `ledger_vs_queue` (see `verdict` for the exact rules).
+IN_STEP = "in step"
+NO_JOB = "no job"
+QUEUE_BEHIND = "queue behind"
+LEDGER_BEHIND = "ledger behind"
+ORPHAN_JOB = "orphan job"
+VERDICTS: tuple[str, ...] = (IN_STEP, NO_JOB, QUEUE_BEHIND, LEDGER_BEHIND, ORPHAN_JOB)
+
+_ACTIVE_LEDGER = {TaskStatus.WAITING.value, TaskStatus.RUNNING.value}
+_FINISHED_JOB = {"completed", "failed"}
+
+
+def verdict(status: str | None, state: str | None) -> str:
+    """How a ledger row and its queue job relate. `status` is the ledger status of the
+    task's *current* run (None: no ledger row has this job id as its current job);
+    `state` is the state of job `<task>-<run>` as `job.getState()` reports it (None: no
+    job record). The rules, in order:
+
+    1. **"orphan job"** — a job record exists but no ledger row's current run has this job
+       id: a job of an older run (after a manual retry, R3), or of a task this ledger does
+       not have. Harmless (P1 skips an old run), but nothing in the ledger accounts for it.
+    2. **"queue behind"** — the ledger is WAITING or RUNNING and there is no job record
+       (or a record in no list at all, state "unknown"): nothing will run the task until
+       a dispatcher scan adds it (D4; a RUNNING row first needs the stale recovery, D6).
+    3. **"no job"** — the ledger is COMPLETED or FAILED and the job record is gone
+       (retention, removal or a Redis flush). Healthy: the ledger is the truth.
+    4. **"ledger behind"** — the queue finished the job (completed or failed) while the
+       ledger is still WAITING or RUNNING: reconciliation is pending (D4 re-adds a
+       completed one or fails a failed one; a RUNNING row waits for D6 first).
+    5. **"in step"** — everything else; nothing to reconcile: WAITING with a
+       waiting/delayed/prioritized/waiting-children/paused/active job (queued or about to
+       be claimed), RUNNING with an active job, or with a waiting/delayed one (a redelivery
+       whose claim will take over the lease, P2); COMPLETED or FAILED with any job state
+       (the terminal ledger is the truth, whatever the queue's record says, W2/W3; a
+       queued delivery of a COMPLETED run is skipped by P1).
+    """
+    if status is None:
+        return ORPHAN_JOB
+    if status in _ACTIVE_LEDGER:
+        if state is None or state == "unknown":
+            return QUEUE_BEHIND
+        if state in _FINISHED_JOB:
+            return LEDGER_BEHIND
+        return IN_STEP
+    if state is None:
+        return NO_JOB
+    return IN_STEP
+
+
+async def _bounded(lab: Any, call: Awaitable[T], what: str) -> T:
+    timeout = lab.settings.redis_timeout_s
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"Redis did not answer {what} within {timeout:g} s") from None
+
+
+async def _ledger_rows(lab: Any) -> list[dict[str, Any]]:
+    async with lab.sessions() as session:
+        tasks = (await session.scalars(select(BackgroundTask).order_by(
+            BackgroundTask.created_at, BackgroundTask.id))).all()
+    return [{
+        "id": t.id, "type": t.type.value, "run": t.run, "status": t.status.value,
+        "attempts": t.attempts, "progress": t.progress, "execution": short(t.execution_id),
+        "dispatched_at": t.dispatched_at, "updated_at": t.updated_at,
+        "last_error": t.last_error,
+    } for t in tasks]
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...],
+           ints: tuple[str, ...] = (), times: tuple[str, ...] = ()) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(columns))
+    for c in ints:
+        df[c] = pd.array([v if isinstance(v, int) and not isinstance(v, bool) else None
+                          for v in df[c]], dtype="Int64")
+    for c in times:
+        df[c] = pd.to_datetime(df[c], utc=True)
+    return df
+
+
+async def ledger(lab: Any) -> pd.DataFrame:
+    """The lab's `background_tasks` rows, oldest first: `LEDGER_COLUMNS` = id, type, run,
+    status, attempts, progress, execution (8 characters of the lease, '' when none),
+    dispatched_at, updated_at (UTC timestamps), last_error. Needs only PostgreSQL."""
+    return _frame(await _ledger_rows(lab), LEDGER_COLUMNS,
+                  ints=("run", "attempts", "progress"), times=("dispatched_at", "updated_at"))
+
+
+def _job_row(job: Any, state: str) -> dict[str, Any]:
+    data = job.data if isinstance(job.data, dict) else {}
+    return {"job_id": job.id, "task_id": data.get("taskId"), "run": data.get("run"),
+            "state": state, "attemptsMade": job.attemptsMade, "progress": job.progress,
+            "failedReason": job.failedReason or None, "_ts": job.timestamp or 0}
+
+
+async def _queue_rows(lab: Any) -> list[dict[str, Any]]:
+    jobs = await _bounded(lab, lab.queue.getJobs([]), "getJobs")
+    rows = []
+    for job in jobs:
+        state = await _bounded(lab, job.getState(), f"getState({job.id})")
+        rows.append(_job_row(job, state))
+    rows.sort(key=lambda r: (r["_ts"], str(r["job_id"])))
+    return rows
+
+
+async def queue(lab: Any) -> pd.DataFrame:
+    """Every job record of the lab's queue (bullmq `queue.getJobs` over all lists, then
+    `job.getState()` each), oldest first: `QUEUE_COLUMNS` = job_id, task_id and run (from
+    the job's data), state, attemptsMade, progress, failedReason."""
+    rows = await _queue_rows(lab)
+    return _frame(rows, QUEUE_COLUMNS, ints=("run", "attemptsMade", "progress"))
+
+
+async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
+    """The ledger and the queue side by side, one row per task (its current run's job
+    `<task>-<run>`, looked up with `queue.getJob` + `getState` as the dispatcher does),
+    then one row per orphan job, with a `verdict` column (rules: `verdict`).
+
+    Columns (`COMPARE_COLUMNS`): task_id, type, run, status, progress, execution (ledger
+    side), job_id, state, attemptsMade, job_progress (queue side; missing = <NA>/None),
+    verdict. Orphan rows take task_id and run from the job's data and have no ledger
+    fields."""
+    led = await _ledger_rows(lab)
+    rows: list[dict[str, Any]] = []
+    current: set[str] = set()
+    for t in led:
+        job_id = task_job_id(t["id"], t["run"])
+        current.add(job_id)
+        job = await _bounded(lab, lab.queue.getJob(job_id), f"getJob({job_id})")
+        state = None if job is None else await _bounded(lab, job.getState(),
+                                                         f"getState({job_id})")
+        rows.append({
+            "task_id": t["id"], "type": t["type"], "run": t["run"], "status": t["status"],
+            "progress": t["progress"], "execution": t["execution"], "job_id": job_id,
+            "state": state, "attemptsMade": job.attemptsMade if job else None,
+            "job_progress": job.progress if job else None,
+            "verdict": verdict(t["status"], state),
+        })
+    for j in await _queue_rows(lab):
+        if j["job_id"] in current:
+            continue
+        rows.append({
+            "task_id": j["task_id"], "type": None, "run": j["run"], "status": None,
+            "progress": None, "execution": None, "job_id": j["job_id"], "state": j["state"],
+            "attemptsMade": j["attemptsMade"], "job_progress": j["progress"],
+            "verdict": verdict(None, j["state"]),
+        })
+    return _frame(rows, COMPARE_COLUMNS,
+                  ints=("run", "progress", "attemptsMade", "job_progress"))

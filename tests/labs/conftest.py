@@ -1,0 +1,42 @@
+"""Fixtures for the lab harness tests: an open lab (closed, and checked, at teardown) and a
+private Redis server for faults that would otherwise hit every user of the shared one."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from labs.lab import Lab
+from teamdesk import devservices
+from teamdesk.config import Settings
+
+
+@pytest.fixture
+async def lab(service_settings: Settings) -> AsyncIterator[Lab]:
+    """A lab with 60 demo tickets; `close()` at teardown raises on unacknowledged errors."""
+    async with Lab.open("test", settings=service_settings, tickets=60, close_timeout=3) as lab:
+        yield lab
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def own_redis(tmp_path, service_settings: Settings) -> AsyncIterator[tuple]:
+    """(root, settings): a Redis server of our own, started by `devservices.start_redis`
+    under a temporary data folder, so stopping or flushing it cannot disturb anyone else
+    using the project's shared embedded Redis (other test runs, notebooks). Always stopped
+    at teardown."""
+    root = tmp_path / "services"
+    port = _free_port()
+    await asyncio.to_thread(devservices.start_redis, root, port)
+    try:
+        yield root, service_settings.replace(redis_url=f"redis://127.0.0.1:{port}/0")
+    finally:
+        await asyncio.to_thread(devservices.stop_redis, root)
