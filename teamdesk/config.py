@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _ENV_PREFIX = "TEAMDESK_"
 
@@ -55,8 +55,6 @@ class Settings:
     heartbeat_ttl_s: float = 15.0
     drain_timeout_s: float = 30.0
 
-    extra: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-
     def replace(self, **changes: object) -> Settings:
         """A copy with some fields changed; how tests shorten timings (Q2)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -74,7 +72,7 @@ class Settings:
             "redis_url": env.get("REDIS_URL") or None,
         }
         for f in dataclasses.fields(cls):
-            if f.name in ("database_url", "redis_url", "extra"):
+            if f.name in ("database_url", "redis_url"):
                 continue
             raw = env.get(_ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":

@@ -11,7 +11,7 @@ status, body and expiry are the truth (ch. 26 §4).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bullmq.custom_errors import UnrecoverableError
@@ -37,7 +37,6 @@ class TaskContext:
     sessions: async_sessionmaker[AsyncSession]
     #: A label such as "A" or a worker name; shows in probe contexts and log lines.
     actor: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_payload(data: Any) -> tuple[str, int]:
