@@ -76,9 +76,11 @@ from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
 
 #: Worker options of the takeover race: the stuck executor A — lock renewal off, a 1 s
-#: lock, and no stall check of its own (ch. 26 §7). `await lab.start_worker("A", **STUCK)`.
+#: lock, and no stall check of its own (ch. 26 §7): its check runs once an hour, so a
+#: presenter may pause between cells as long as they like and B still sees the stall.
+#: `await lab.start_worker("A", **STUCK)`.
 STUCK: dict[str, Any] = {"renew_lock": False, "lock_duration_ms": 1000,
-                         "stalled_interval_ms": 60_000}
+                         "stalled_interval_ms": 3_600_000}
 #: The watchful executor B: checks for stalled jobs every 100 ms.
 WATCHFUL: dict[str, Any] = {"stalled_interval_ms": 100}
 

@@ -107,8 +107,9 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...],
            ints: tuple[str, ...] = (), times: tuple[str, ...] = ()) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(columns))
     for c in ints:
-        df[c] = pd.array([v if isinstance(v, int) and not isinstance(v, bool) else None
-                          for v in df[c]], dtype="Int64")
+        # From the rows, not the frame: one None makes pandas store the column as floats.
+        df[c] = pd.array([r.get(c) if isinstance(r.get(c), int) and not isinstance(
+            r.get(c), bool) else None for r in rows], dtype="Int64")
     for c in times:
         df[c] = pd.to_datetime(df[c], utc=True)
     return df

@@ -135,3 +135,14 @@ def test_verdict_rules():
     assert v("COMPLETED", "failed") == IN_STEP        # the ledger is the truth (W2, W3)
     assert v("FAILED", None) == NO_JOB
     assert v(None, "waiting") == ORPHAN_JOB
+
+
+def test_integer_columns_survive_missing_values():
+    """A None in an integer column (a task with no job) must not blank the other rows:
+    pandas would store the column as floats and the int check would reject `3.0`."""
+    from labs.tables import _frame
+
+    df = _frame([{"job_id": "T-1", "attemptsMade": None}, {"job_id": "T-0", "attemptsMade": 3}],
+                ("job_id", "attemptsMade"), ints=("attemptsMade",))
+    assert df["attemptsMade"].isna().tolist() == [True, False]
+    assert int(df["attemptsMade"].iloc[1]) == 3
