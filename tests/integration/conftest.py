@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from labs.gates import Fault, Gate
 from labs.recorder import Recorder
@@ -76,6 +76,20 @@ async def task_row(sessions, task_id: str) -> dict[str, Any]:
     async with sessions() as s:
         t = await s.scalar(select(BackgroundTask).where(BackgroundTask.id == task_id))
         return {c.name: getattr(t, c.key) for c in BackgroundTask.__table__.columns}
+
+
+async def reminder_effects(sessions, ticket_id: int) -> tuple[int, int, int]:
+    """A reminder's side effects on its ticket: (notifications, `reminder_sent` events,
+    ticket version). P10 promises all three move together, exactly once."""
+    from teamdesk.db.models import Notification, Ticket, TicketEvent
+
+    async with sessions() as s:
+        n = await s.scalar(select(func.count()).select_from(Notification).where(
+            Notification.ticket_id == ticket_id))
+        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
+            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
+        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
+    return n, e, v
 
 
 async def age_task(sessions, task_id: str, seconds: float, column: str = "updated_at") -> None:

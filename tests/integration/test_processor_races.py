@@ -13,31 +13,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy import func, select, update
+from sqlalchemy import update
 
 from teamdesk.db.models import (
     BackgroundTask,
-    Notification,
     TaskStatus,
     Ticket,
-    TicketEvent,
 )
 from teamdesk.services import exports, tasks, teams, tickets
 from teamdesk.tasks.processor import TaskContext, process_task
-from tests.integration.conftest import FakeJob, task_row
+from tests.integration.conftest import FakeJob, reminder_effects, task_row
 
 T = 8.0  # bound for every wait: only detects a sync point that never came
 
 
-async def effects(sessions, ticket_id: int) -> tuple[int, int, int]:
-    """(notifications, reminder_sent events, ticket version)."""
-    async with sessions() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
 
 
 @pytest.fixture
@@ -58,7 +47,7 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
     claims outside the lock. A's notification, version bump and event roll back with its
     failed completion gate; B produces exactly one of each."""
     ticket, task = await reminder(sessions)
-    base = await effects(sessions, ticket.id)
+    base = await reminder_effects(sessions, ticket.id)
     g_a = gates.gate("reminder.after_lease_check", actor="A")
     g_b = gates.gate("claim.after", actor="B")
     run_a = asyncio.create_task(process_task(FakeJob(task.id), None, ctx("A")))
@@ -70,19 +59,19 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
 
     g_a.release()
     assert (await asyncio.wait_for(run_a, T)).startswith("lease lost")
-    assert await effects(sessions, ticket.id) == base
+    assert await reminder_effects(sessions, ticket.id) == base
     assert await task_row(sessions, task.id) == snapshot
 
     g_b.release()
     assert (await asyncio.wait_for(run_b, T)).startswith("Reminder sent")
-    n, e, v = await effects(sessions, ticket.id)
+    n, e, v = await reminder_effects(sessions, ticket.id)
     assert (n, e, v) == (1, 1, base[2] + 1)
     row = await task_row(sessions, task.id)
     assert (row["status"], row["progress"], row["execution_id"]) == (TaskStatus.COMPLETED, 100,
                                                                      None)
 
     assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await effects(sessions, ticket.id) == (n, e, v)
+    assert await reminder_effects(sessions, ticket.id) == (n, e, v)
 
 
 async def test_recovery_scan_clears_lease_old_executor_rolls_back(sessions, demo, ctx, gates):
@@ -90,7 +79,7 @@ async def test_recovery_scan_clears_lease_old_executor_rolls_back(sessions, demo
     as in the book) puts the task back to WAITING; A's completion matches 0 rows and rolls
     back; a normal run afterwards gives the only result."""
     ticket, task = await reminder(sessions)
-    base = await effects(sessions, ticket.id)
+    base = await reminder_effects(sessions, ticket.id)
     g_a = gates.gate("reminder.after_lease_check", actor="A")
     run_a = asyncio.create_task(process_task(FakeJob(task.id), None, ctx("A")))
     await g_a.reached()
@@ -102,12 +91,12 @@ async def test_recovery_scan_clears_lease_old_executor_rolls_back(sessions, demo
     assert (await asyncio.wait_for(run_a, T)).startswith("lease lost")
     row = await task_row(sessions, task.id)
     assert (row["status"], row["execution_id"]) == (TaskStatus.WAITING, None)
-    assert await effects(sessions, ticket.id) == base
+    assert await reminder_effects(sessions, ticket.id) == base
 
     assert (await process_task(FakeJob(task.id), None, ctx("B"))).startswith("Reminder sent")
-    assert await effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
     assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
 
 
 async def test_failure_after_event_insert_rolls_back_all_four(sessions, demo, ctx, gates):
@@ -115,7 +104,7 @@ async def test_failure_after_event_insert_rolls_back_all_four(sessions, demo, ct
     event with the completion; the task is WAITING with its lease cleared; the second run
     gives the only result, with attempts = 2 (I3)."""
     ticket, task = await reminder(sessions)
-    base = await effects(sessions, ticket.id)
+    base = await reminder_effects(sessions, ticket.id)
     gates.fault("reminder.after_event", RuntimeError("disk full"), actor="A")
     with pytest.raises(RuntimeError, match="disk full"):
         await process_task(FakeJob(task.id, attempts_made=0), None, ctx("A"))
@@ -123,14 +112,14 @@ async def test_failure_after_event_insert_rolls_back_all_four(sessions, demo, ct
     assert (row["status"], row["execution_id"], row["attempts"]) == (TaskStatus.WAITING, None, 1)
     assert row["last_error"] == ("Attempt 1 of 3 failed with a temporary error; "
                                  "retrying automatically.")
-    assert await effects(sessions, ticket.id) == base
+    assert await reminder_effects(sessions, ticket.id) == base
 
     await process_task(FakeJob(task.id, attempts_made=1), None, ctx("A"))
     row = await task_row(sessions, task.id)
     assert (row["status"], row["attempts"]) == (TaskStatus.COMPLETED, 2)
-    assert await effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
     assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
 
 
 async def test_mid_progress_failure_over_attempts_then_manual_retry(sessions, demo, ctx):

@@ -13,10 +13,9 @@ from teamdesk.db.models import (
     Notification,
     TaskStatus,
     Ticket,
-    TicketEvent,
 )
 from teamdesk.services import exports, tickets
-from tests.integration.conftest import enqueue, task_row
+from tests.integration.conftest import enqueue, reminder_effects, task_row
 
 
 async def test_export_completes_with_csv_summary_and_expiry(sessions, demo, queue, start_worker,
@@ -58,14 +57,6 @@ async def test_csv_neutralises_formula_cells(sessions, demo, queue, start_worker
     assert ticket.id == int(rows[0]["id"])
 
 
-async def _side_effects(sessions, ticket_id: int) -> tuple[int, int, int]:
-    async with sessions() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
 
 
 async def test_reminder_sends_once_and_stale_one_is_a_noop(sessions, demo, queue, start_worker,
@@ -78,12 +69,12 @@ async def test_reminder_sends_once_and_stale_one_is_a_noop(sessions, demo, queue
                                                     assignee_id="ben")
     async with sessions() as s:
         ticket, second = await tickets.set_due_date(s, "acme", "ben", ticket.id, due)
-    before = await _side_effects(sessions, ticket.id)
+    before = await reminder_effects(sessions, ticket.id)
     await start_worker("W")
     for t in (first, second):
         job = await enqueue(queue, t.id)
         await recorder.wait_for("completed", job_id=job.id)
-    n, e, v = await _side_effects(sessions, ticket.id)
+    n, e, v = await reminder_effects(sessions, ticket.id)
     assert (n, e, v) == (1, 1, before[2] + 1)
     stale, current = await task_row(sessions, first.id), await task_row(sessions, second.id)
     assert stale["status"] == current["status"] == TaskStatus.COMPLETED

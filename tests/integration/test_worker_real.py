@@ -15,24 +15,16 @@ import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import update
 
-from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
+from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.services import exports, tickets
-from tests.integration.conftest import enqueue, task_row
+from tests.integration.conftest import enqueue, reminder_effects, task_row
 
 A_STUCK = dict(renew_lock=False, lock_duration_ms=1000, stalled_interval_ms=60_000)
 B_WATCHFUL = dict(stalled_interval_ms=100)
 
 
-async def _effects(sessions, ticket_id):
-    async with sessions() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
 
 
 @pytest.mark.parametrize("kind", ["export", "reminder"])
@@ -51,7 +43,7 @@ async def test_stalled_takeover_late_executor_changes_nothing(
         async with sessions() as s:
             ticket, task = await tickets.create_ticket(
                 s, "acme", "eve", "Renewal", due_at=datetime.now(UTC), assignee_id="cai")
-        base = await _effects(sessions, ticket.id)
+        base = await reminder_effects(sessions, ticket.id)
         point = "reminder.after_lease_check"
     g_a = gates.gate(point, actor="A")
     g_b = gates.gate("claim.after", actor="B")
@@ -72,7 +64,7 @@ async def test_stalled_takeover_late_executor_changes_nothing(
     await recorder.wait_for("error", actor="A", job_id=job.id)  # its lock is B's now
     assert await task_row(sessions, task.id) == snapshot
     if kind == "reminder":
-        assert await _effects(sessions, ticket.id) == base
+        assert await reminder_effects(sessions, ticket.id) == base
 
     g_b.release()
     await recorder.wait_for("completed", actor="B", job_id=job.id)
@@ -86,7 +78,7 @@ async def test_stalled_takeover_late_executor_changes_nothing(
         assert row["result_summary"].endswith("(filters: status=['OPEN'])")
         assert row["expires_at"] > datetime.now(UTC) + timedelta(hours=23)
     else:
-        assert await _effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+        assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
     assert not recorder.of("failed")
 
     again = await queue.add("execute", {"taskId": task.id, "run": 0}, {"jobId": "sequential"})
