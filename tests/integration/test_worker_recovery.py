@@ -115,6 +115,10 @@ async def test_stalled_over_the_limit_then_two_scans(settings, sessions, demo, q
     await g_a.reached()
     await start_worker("B", stalled_interval_ms=100, max_stalled_count=0)
     await recorder.wait_for("stalled", job_id=job.id)
+    # This port fails an over-the-limit job lazily: the stall check marks it (deferred
+    # failure) and the next worker to fetch it fails it with UnrecoverableError (W2).
+    gave_up = await recorder.wait_for("failed", job_id=job.id, actor="B")
+    assert gave_up["exhausted"] is True and gave_up["error"].startswith("UnrecoverableError")
     assert await job.getState() == "failed"
     row = await task_row(sessions, task.id)
     assert row["status"] == TaskStatus.RUNNING  # the queue's word alone changes nothing
