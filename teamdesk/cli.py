@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -234,8 +235,18 @@ def cmd_lab(args: argparse.Namespace) -> int:
         cmd.append("--no-browser")
     if os.geteuid() == 0:
         cmd.append("--allow-root")
-    print(f"opening JupyterLab on http://127.0.0.1:{port}/lab (notebooks in {nb}); "
-          "Ctrl-C stops it and releases the services")
+    token = secrets.token_hex(16)
+    cmd.append(f"--IdentityProvider.token={token}")
+    print(f"notebooks in {nb}")
+    print(f"open http://127.0.0.1:{port}/lab/tree/00-start-here.ipynb?token={token}")
+    print("Ctrl-C stops JupyterLab and releases the services")
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGINT even if our parent started us with it ignored; SIGTERM from a supervisor.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     # Own session: Ctrl-C reaches only us, and we stop Jupyter without its y/n prompt.
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
