@@ -1,0 +1,715 @@
+"""Pipeline benchmark: tasks/s from the outbox insert to COMPLETED, with real worker
+processes, next to a queue-bound and a ledger-bound baseline measured in the same run.
+
+    .venv/bin/python -m benchmarks.pipeline [--tasks 5000] [--repeat 3] [--workers 1,2]
+                                            [--profile]
+
+For each worker count K (default 1, then 2), in a fresh cloned database and a fresh queue
+prefix each time:
+
+- **queue bound**: K subprocesses each run a raw bullmq `Worker` (the product's worker
+  options: concurrency 1, the same fail-fast Redis client) with a no-op processor; N jobs
+  are added (`addBulk`, the product's default job options) and the clock stops when no job
+  is waiting, delayed or active any more.
+- **ledger bound**: K subprocesses, one PostgreSQL connection each, do per task what the
+  leased processor writes: the claim UPDATE (P2), one progress UPDATE fenced by the lease
+  (P3, P4) and the completion UPDATE fenced by the lease (P5) — raw psycopg, autocommit,
+  no reads, no Redis.
+- **pipeline**: K real `teamdesk worker` subprocesses (each with its own dispatch tick,
+  so duplicate dispatch happens as in production, D5), tick shortened to 0.2 s via
+  `TEAMDESK_DISPATCH_TICK_S` (every other timing is the production default). N tasks —
+  half small EXPORTs (TEAM scope, a text filter matching one ticket of 300), half
+  REMINDERs due a minute ago (each for its own ticket of a second team) — are written to
+  the ledger by one INSERT … SELECT (the outbox insert); the clock runs from just before
+  that insert until the ledger shows all N COMPLETED (polled every 0.1 s).
+
+It prints tasks/s, the pipeline's share of the tighter baseline (target: at least 30 %
+with the same number of workers), and the medians over `--repeat` runs. If the target is
+missed — or with `--profile` — one in-process worker (the same `create_task_worker` +
+`DispatchLoop`) runs under cProfile and the summary says where the time goes.
+
+Real services (embedded by default, or DATABASE_URL / REDIS_URL). Figures are printed,
+never asserted: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from sqlalchemy import text
+
+from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from teamdesk import devservices
+from teamdesk.config import Settings
+from teamdesk.seed import seed_demo
+
+#: The only timing changed for the pipeline's worker processes.
+PIPELINE_TIMINGS = {"TEAMDESK_DISPATCH_TICK_S": "0.2"}
+TARGET = 0.30
+
+_REMINDER_TICKETS = """
+INSERT INTO tickets (team_id, title, creator_id, assignee_id, due_at, version,
+                     reminder_revision)
+SELECT 'ops', 'Bench reminder ' || g, 'dan', 'ben', now() - interval '1 minute', 1, 1
+FROM generate_series(1, :n) AS g
+"""
+
+#: The outbox insert: N rows, types alternating, as the services would write them (O1):
+#: WAITING, run 0, never dispatched. Exports: TEAM scope by an agent, a text filter that
+#: matches exactly one seeded ticket. Reminders: one per `ops` ticket, current revision.
+_TASKS = """
+WITH rt AS (SELECT id, creator_id, reminder_revision,
+                   row_number() OVER (ORDER BY id) AS rn
+            FROM tickets WHERE team_id = 'ops')
+INSERT INTO background_tasks (type, status, run, owner_id, team_id, ticket_id,
+                              reminder_revision, scope, filters, run_at)
+SELECT CASE WHEN g % 2 = 0 THEN 'REMINDER'::task_type ELSE 'EXPORT'::task_type END,
+       'WAITING', 0,
+       CASE WHEN g % 2 = 0 THEN rt.creator_id ELSE 'ben' END,
+       CASE WHEN g % 2 = 0 THEN 'ops' ELSE 'acme' END,
+       rt.id, rt.reminder_revision,
+       CASE WHEN g % 2 = 0 THEN 'OWN'::task_scope ELSE 'TEAM'::task_scope END,
+       CASE WHEN g % 2 = 0 THEN '{}'::jsonb
+            ELSE jsonb_build_object('text', '#' || (g % 300 + 1) || ')') END,
+       now() - interval '1 minute'
+FROM generate_series(:first, :first + :n - 1) AS g
+LEFT JOIN rt ON g % 2 = 0 AND rt.rn = g / 2
+"""
+
+_COUNTS = """
+SELECT count(*) FILTER (WHERE status = 'COMPLETED'), count(*) FILTER (WHERE status = 'FAILED'),
+       count(*) FROM background_tasks
+"""
+
+
+def _reminders(n: int) -> int:
+    return n // 2
+
+
+async def _prepare(world: World, n: int) -> None:
+    """Demo team `acme` (300 tickets) for the exports, team `ops` for the reminders."""
+    async with world.sessions() as s:
+        await seed_demo(s, team_id="acme", tickets=300)
+    async with world.sessions() as s:
+        await seed_demo(s, team_id="ops", tickets=0)
+    async with world.sessions() as s, s.begin():
+        await s.execute(text(_REMINDER_TICKETS), {"n": _reminders(n)})
+        await s.execute(text("ANALYZE"))
+
+
+async def _insert_tasks(world: World, n: int, first: int = 1) -> None:
+    """The outbox insert of tasks number `first` … `first + n - 1` (reminder g uses the
+    g/2-th `ops` ticket, so later batches need `_prepare` for the whole total)."""
+    async with world.sessions() as s, s.begin():
+        await s.execute(text(_TASKS), {"n": n, "first": first})
+
+
+async def _counts(world: World) -> tuple[int, int, int]:
+    async with world.sessions() as s:
+        row = (await s.execute(text(_COUNTS))).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+class Progress:
+    """One line per ~2 s on long waits."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total = label, total
+        self.t0 = time.monotonic()
+        self.last = self.t0
+
+    def show(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= 2.0:
+            self.last = now
+            print(f"      … {self.label}: {done:,}/{self.total:,} "
+                  f"({done / max(self.total, 1):.0%}) after {now - self.t0:.1f} s", flush=True)
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+@dataclass
+class PipelineRun:
+    rate: float
+    #: CPU per task, milliseconds: all worker processes together, and the PostgreSQL
+    #: backends serving this world's database.
+    worker_ms: float
+    postgres_ms: float
+    #: Share of the whole machine's CPU that was busy (anyone's work, noise included).
+    busy: float
+
+
+def _backend_cpu(dbname: str) -> float:
+    """CPU seconds of the PostgreSQL backends connected to `dbname` (by process title)."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if "postgres" in (proc.info["name"] or "") and dbname in " ".join(
+                    proc.info["cmdline"] or []):
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def _timings(concurrency: int) -> dict[str, str]:
+    extra = {"TEAMDESK_WORKER_CONCURRENCY": str(concurrency)} if concurrency != 1 else {}
+    return {**PIPELINE_TIMINGS, **extra}
+
+
+async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
+                           concurrency: int = 1) -> PipelineRun:
+    """N tasks by K real `teamdesk worker` processes: tasks/s and CPU per task."""
+    world = World.open(base, "bpipe")
+    procs = [WorkerProc(world.settings, f"p{k}w{i + 1}", log_dir, _timings(concurrency))
+             for i in range(k)]
+    try:
+        await _prepare(world, n)
+        for w in procs:
+            w.start()
+        await wait_heartbeats(world.settings, procs)
+        progress = Progress(f"pipeline, {k} worker process(es)", n)
+        dbname = world.settings.database_url.rsplit("/", 1)[1]
+        ps = [psutil.Process(w.pid) for w in procs]
+        cpu0, pg0, machine0 = _cpu(ps), _backend_cpu(dbname), psutil.cpu_times()
+        t0 = time.perf_counter()
+        await _insert_tasks(world, n)
+
+        async def all_completed() -> bool:
+            completed, failed, _ = await _counts(world)
+            if failed:
+                raise RuntimeError(f"{failed} task(s) FAILED in the pipeline benchmark")
+            progress.show(completed)
+            return completed == n
+
+        await wait_until(all_completed, 120 + n / 5, f"{n} tasks to complete", interval=0.1,
+                         on_timeout=lambda: "\n".join(f"--- {w.name}\n{w.tail()}"
+                                                      for w in procs))
+        elapsed = time.perf_counter() - t0
+        cpu1, pg1, machine1 = _cpu(ps), _backend_cpu(dbname), psutil.cpu_times()
+        idle = (machine1.idle - machine0.idle) + (getattr(machine1, "iowait", 0)
+                                                  - getattr(machine0, "iowait", 0))
+        busy = 1 - idle / (elapsed * (psutil.cpu_count() or 1))
+        async with world.sessions() as s:
+            notes = (await s.execute(text("SELECT count(*) FROM notifications"))).scalar_one()
+        if notes != _reminders(n):
+            raise RuntimeError(f"{notes} notifications for {_reminders(n)} reminders")
+        codes = [await w.stop(30) for w in procs]
+        if any(c != 0 for c in codes):
+            raise RuntimeError(f"worker exit codes {codes}")
+        return PipelineRun(rate=n / elapsed, worker_ms=(cpu1 - cpu0) / n * 1000,
+                           postgres_ms=(pg1 - pg0) / n * 1000, busy=max(0.0, min(1.0, busy)))
+    finally:
+        stop_all(procs)
+        await world.close()
+
+
+# ---------------------------------------------------------------- queue bound
+
+
+async def _noop_worker_main() -> int:
+    """Child: a raw bullmq Worker with a no-op processor and the product's options."""
+    from bullmq import Worker
+
+    from teamdesk.tasks.queue import redis_client
+
+    settings = Settings.from_env()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def noop(job, token):
+        return "ok"
+
+    worker = Worker(settings.queue_name, noop, {
+        "connection": redis_client(settings, blocking=True), "prefix": settings.queue_prefix,
+        "autorun": False, "concurrency": settings.worker_concurrency,
+        "lockDuration": settings.lock_duration_ms,
+        "stalledInterval": settings.stalled_interval_ms,
+        "maxStalledCount": settings.max_stalled_count, "drainDelay": 1})
+    await worker.blockingRedisConnection.getRedisVersion()
+    await worker.redisConnection.getRedisVersion()
+    running = asyncio.ensure_future(worker.run())
+    print("ready", flush=True)
+    await stop.wait()
+    closing = asyncio.ensure_future(worker.close())
+    done, _ = await asyncio.wait({closing}, timeout=5)
+    if not done:
+        await asyncio.wait({asyncio.ensure_future(worker.close(force=True))}, timeout=5)
+    running.cancel()
+    return 0
+
+
+def _child(role: str, settings: Settings, extra: list[str], concurrency: int = 1
+           ) -> subprocess.Popen:
+    env = {**os.environ, **_timings(concurrency), "DATABASE_URL": settings.database_url or "",
+           "REDIS_URL": settings.redis_url or "",
+           "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.pipeline", "--role", role,
+                             *extra], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+async def _read_line(p: subprocess.Popen, expect: str, timeout: float = 60) -> str:
+    line = await asyncio.wait_for(asyncio.to_thread(p.stdout.readline), timeout)
+    if not line.startswith(expect):
+        err = p.stderr.read() if p.poll() is not None else ""
+        raise RuntimeError(f"child said {line!r}, expected {expect!r}\n{err}")
+    return line
+
+
+async def measure_queue(base: Settings, n: int, k: int, concurrency: int = 1) -> float:
+    """N no-op jobs through K raw bullmq worker processes; returns jobs/s."""
+    from teamdesk.tasks.queue import JOB_NAME, create_task_queue
+
+    world = World.open(base, "bqueue")
+    queue = create_task_queue(world.settings)
+    children: list[subprocess.Popen] = []
+    try:
+        children = [_child("noop-worker", world.settings, [], concurrency) for _ in range(k)]
+        for c in children:
+            await _read_line(c, "ready")
+        progress = Progress(f"queue bound, {k} process(es)", n)
+        t0 = time.perf_counter()
+        for i in range(0, n, 1000):
+            await queue.addBulk([{"name": JOB_NAME, "data": {"taskId": f"Q{j}", "run": 0},
+                                  "opts": {"jobId": f"Q{j}-0"}}
+                                 for j in range(i, min(n, i + 1000))])
+
+        async def drained() -> bool:
+            counts = await queue.getJobCounts("waiting", "delayed", "active", "prioritized",
+                                              "paused", "failed")
+            if counts.get("failed"):
+                raise RuntimeError(f"no-op jobs failed: {counts}")
+            left = sum(counts.values())
+            progress.show(n - left)
+            return left == 0
+
+        await wait_until(drained, 60 + n / 20, f"{n} no-op jobs", interval=0.05)
+        return n / (time.perf_counter() - t0)
+    finally:
+        for c in children:
+            with contextlib.suppress(Exception):
+                c.send_signal(signal.SIGTERM)
+        for c in children:
+            try:
+                c.wait(15)
+            except subprocess.TimeoutExpired:
+                c.kill()
+        with contextlib.suppress(Exception):
+            await queue.close()
+        await world.close()
+
+
+# ---------------------------------------------------------------- ledger bound
+
+_CLAIM = ("UPDATE background_tasks SET status = 'RUNNING', execution_id = %s, attempts = 1, "
+          "progress = 0 WHERE id = %s AND run = 0 AND status IN ('WAITING', 'RUNNING') "
+          "RETURNING id")
+_PROGRESS = ("UPDATE background_tasks SET progress = 50 WHERE id = %s AND run = 0 AND "
+             "execution_id = %s AND status = 'RUNNING'")
+_COMPLETE = ("UPDATE background_tasks SET status = 'COMPLETED', progress = 100, "
+             "result_csv = %s, result_summary = %s, expires_at = now() + interval '1 day', "
+             "execution_id = NULL WHERE id = %s AND run = 0 AND execution_id = %s AND "
+             "status = 'RUNNING'")
+_CSV = ("id,title,status,priority,creator_id,assignee_id,due_at,created_at\n"
+        "17,Login fails with error 500 (#17),OPEN,NORMAL,dan,ben,,2026-01-07T10:28:00+00:00\n")
+
+
+def _ledger_worker_main(part: int, parts: int) -> int:
+    """Child: claim + progress + completion per task over one connection, as fast as it
+    goes. Its share: the tasks whose position modulo `parts` is `part`."""
+    import uuid
+
+    import psycopg
+
+    url = os.environ["DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute(
+            "SELECT id, type FROM background_tasks ORDER BY id").fetchall()]
+        mine = ids[part::parts]
+        types = dict(conn.execute("SELECT id, type::text FROM background_tasks").fetchall())
+        print("ready", flush=True)
+        sys.stdin.readline()  # "go"
+        done = 0
+        for task_id in mine:
+            execution_id = str(uuid.uuid4())
+            if conn.execute(_CLAIM, (execution_id, task_id)).fetchone() is None:
+                continue
+            if conn.execute(_PROGRESS, (task_id, execution_id)).rowcount != 1:
+                raise RuntimeError(f"progress lost the lease of {task_id}")
+            export = types[task_id] == "EXPORT"
+            if conn.execute(_COMPLETE, (_CSV if export else None,
+                                        "1 tickets exported" if export else "Reminder sent",
+                                        task_id, execution_id)).rowcount != 1:
+                raise RuntimeError(f"completion lost the lease of {task_id}")
+            done += 1
+    print(f"done {done}", flush=True)
+    return 0
+
+
+async def measure_ledger(base: Settings, n: int, k: int) -> float:
+    """N tasks' lease-conditioned UPDATEs from K processes (one connection each; the
+    caller passes workers × concurrency)."""
+    world = World.open(base, "bledger")
+    children: list[subprocess.Popen] = []
+    try:
+        await _prepare(world, n)
+        await _insert_tasks(world, n)
+        children = [_child("ledger-worker", world.settings, ["--part", str(i), "--parts",
+                                                             str(k)]) for i in range(k)]
+        for c in children:
+            await _read_line(c, "ready")
+        t0 = time.perf_counter()
+        for c in children:
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        done = 0
+        for c in children:
+            done += int((await _read_line(c, "done", timeout=60 + n / 20)).split()[1])
+        elapsed = time.perf_counter() - t0
+        completed, _, total = await _counts(world)
+        if (done, completed, total) != (n, n, n):
+            raise RuntimeError(f"ledger baseline: done {done}, COMPLETED {completed} of {n}")
+        return n / elapsed
+    finally:
+        for c in children:
+            with contextlib.suppress(Exception):
+                c.kill()
+                c.wait(5)
+        await world.close()
+
+
+# ---------------------------------------------------------------- profile
+
+
+_BUCKETS = (
+    ("waiting for I/O (event loop idle: PostgreSQL/Redis round trips)",
+     ("select.epoll", "selectors.py")),
+    ("sqlalchemy", ("sqlalchemy",)),
+    ("psycopg", ("psycopg",)),
+    ("bullmq", ("bullmq",)),
+    ("redis client", ("/redis/",)),
+    ("asyncio machinery", ("asyncio",)),
+    ("logging", ("logging",)),
+    ("teamdesk", ("teamdesk",)),
+    ("uuid/json/csv/other stdlib", ("uuid", "json", "csv", "enum", "re.py", "typing")),
+)
+
+
+def _bucket(filename: str, func: str) -> str:
+    where = f"{filename}:{func}"
+    for label, needles in _BUCKETS:
+        if any(x in where for x in needles):
+            return label
+    return "other"
+
+
+async def profile_worker(base: Settings, n: int) -> None:
+    """One in-process worker (create_task_worker + DispatchLoop, tick 0.2 s) under
+    cProfile for `n` tasks: total (own) time by package, then the top functions."""
+    from teamdesk.tasks.dispatcher import DispatchLoop
+    from teamdesk.tasks.queue import create_task_queue
+    from teamdesk.tasks.worker import create_task_worker
+
+    world = World.open(base, "bprof")
+    settings = world.settings.replace(dispatch_tick_s=0.2)
+    queue = create_task_queue(settings)
+    worker = None
+    ticks = DispatchLoop(world.sessions, queue, settings)
+    prof = cProfile.Profile()
+    # Log like `teamdesk worker` does (INFO lines, here into memory that is dropped).
+    import logging
+
+    logger = logging.getLogger("teamdesk")
+    sink = logging.StreamHandler(io.StringIO())
+    sink.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(sink)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        await _prepare(world, n)
+        worker = await create_task_worker(settings, world.sessions, actor="profiled")
+        ticks.start()
+        prof.enable()
+        t0 = time.perf_counter()
+        await _insert_tasks(world, n)
+
+        async def all_completed() -> bool:
+            return (await _counts(world))[0] == n
+
+        await wait_until(all_completed, 120 + n / 5, f"{n} profiled tasks", interval=0.1)
+        elapsed = time.perf_counter() - t0
+        prof.disable()
+    finally:
+        logger.removeHandler(sink)
+        logger.setLevel(level)
+        await ticks.stop()
+        if worker is not None:
+            await worker.close(timeout=5)
+        with contextlib.suppress(Exception):
+            await queue.close()
+        await world.close()
+
+    stats = pstats.Stats(prof)
+    total = sum(v[2] for v in stats.stats.values())  # own time of every function
+    by: dict[str, float] = {}
+    for (filename, _line, func), v in stats.stats.items():
+        by[_bucket(filename, func)] = by.get(_bucket(filename, func), 0.0) + v[2]
+    print(f"\n  profile: one in-process worker, {n:,} tasks in {elapsed:.1f} s "
+          f"({n / elapsed:.0f} tasks/s under cProfile, which slows Python code down)")
+    print("  own time by package (share of profiled time):")
+    for label, secs in sorted(by.items(), key=lambda kv: -kv[1]):
+        print(f"    {secs / total:6.1%}  {secs:6.2f} s  {label}")
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(18)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+    print("  top functions by own time:")
+    for ln in lines[start:start + 19]:
+        print("    " + ln[:150])
+
+
+class _StubJob:
+    """Enough of a bullmq job for `process_task` outside a worker (no Redis)."""
+
+    def __init__(self, task_id: str) -> None:
+        self.id = f"{task_id}-0"
+        self.data = {"taskId": task_id, "run": 0}
+        self.attemptsMade = 0
+        self.opts = {"attempts": 3}
+
+    async def updateProgress(self, value: int) -> None:
+        return None
+
+
+async def call_costs(base: Settings, calls: int = 300) -> None:
+    """CPU and wall time of one call of each ledger step a task makes, measured on the
+    product's own functions in this process (no Redis), so the per-task cost can be read
+    as a sum: an export opens 8 sessions, a reminder 3."""
+    from sqlalchemy import select
+
+    from teamdesk.db.models import BackgroundTask, Scope, TaskType
+    from teamdesk.services.exports import count_matching, export_query
+    from teamdesk.tasks.exports import check_authorization
+    from teamdesk.tasks.lease import claim, write_with_lease
+    from teamdesk.tasks.processor import TaskContext, process_task
+
+    world = World.open(base, "bcost")
+    try:
+        await _prepare(world, 2 * calls + 80)
+        await _insert_tasks(world, 2 * calls + 80)
+        sessions = world.sessions
+        ctx = TaskContext(settings=world.settings, sessions=sessions, actor="cost")
+        async with sessions() as s:
+            rows = (await s.execute(select(BackgroundTask.id, BackgroundTask.type)
+                                    .order_by(BackgroundTask.id))).all()
+        exports = [r[0] for r in rows if r[1] is TaskType.EXPORT]
+        reminders = [r[0] for r in rows if r[1] is TaskType.REMINDER]
+        async with sessions() as s:
+            sample = await s.get(BackgroundTask, exports[-1])
+        flt = {"text": "#17)"}
+        lease = await claim(sessions, exports[-2], 0, 1)
+        assert lease is not None
+
+        async def raw() -> None:
+            async with world.engine.connect() as conn:
+                await conn.exec_driver_sql("SELECT 1")
+
+        async def get() -> None:
+            async with sessions() as s:
+                await s.get(BackgroundTask, sample.id)
+
+        async def count() -> None:
+            async with sessions() as s:
+                await count_matching(s, "acme", "ben", Scope.TEAM, flt)
+
+        async def batch() -> None:
+            async with sessions() as s:
+                (await s.scalars(export_query("acme", "ben", Scope.TEAM, flt).limit(50))).all()
+
+        async def auth() -> None:
+            await check_authorization(ctx, sample)
+
+        async def progress() -> None:
+            await write_with_lease(sessions, lease, during="progress", progress=5)
+
+        async def claim_again() -> None:
+            await claim(sessions, exports[-3], 0, 1)
+
+        print("\n  cost of one call in the worker's stack (SQLAlchemy async ORM + psycopg 3, "
+              f"pool_pre_ping; mean of {calls} calls after 20 warm-up calls):")
+        print(f"    {'call':58s} {'CPU ms':>7s} {'wall ms':>8s}")
+
+        async def timed(label: str, fn, n: int) -> None:
+            for _ in range(20):
+                await fn()
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(n):
+                await fn()
+            print(f"    {label:58s} {(time.process_time() - c0) / n * 1000:7.2f} "
+                  f"{(time.perf_counter() - t0) / n * 1000:8.2f}")
+
+        await timed("engine round trip (checkout + pre-ping + SELECT 1)", raw, calls)
+        await timed("load the task (session.get), P1", get, calls)
+        await timed("claim UPDATE, P2", claim_again, calls)
+        await timed("check_authorization (member + count), X1", auth, calls)
+        await timed("count_matching", count, calls)
+        await timed("one batch read (50 rows max)", batch, calls)
+        await timed("progress write with the lease, P4", progress, calls)
+
+        def per_task(ids: list[str]):
+            pending = iter(ids)
+
+            async def one() -> None:
+                await process_task(_StubJob(next(pending)), None, ctx)
+
+            return one
+
+        await timed("process_task, small export (8 sessions, no Redis)",
+                    per_task(exports[:calls]), calls - 20)
+        await timed("process_task, reminder (3 sessions, no Redis)",
+                    per_task(reminders[:calls]), calls - 20)
+    finally:
+        await world.close()
+
+
+# ---------------------------------------------------------------- main
+
+
+@dataclass
+class Figures:
+    queue: dict[int, list[float]] = field(default_factory=dict)
+    ledger: dict[int, list[float]] = field(default_factory=dict)
+    pipeline: dict[int, list[float]] = field(default_factory=dict)
+    worker_ms: dict[int, list[float]] = field(default_factory=dict)
+    postgres_ms: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, kind: str, k: int, value: float) -> None:
+        getattr(self, kind).setdefault(k, []).append(value)
+
+
+def _line(k: int, q: float, led: float, pipe: float) -> tuple[str, float]:
+    tight = min(q, led)
+    which = "queue" if q <= led else "ledger"
+    share = pipe / tight
+    mark = "ok" if share >= TARGET else f"BELOW the {TARGET:.0%} target"
+    return (f"    {k} worker(s): pipeline {pipe:7.0f} tasks/s | queue bound {q:7.0f} jobs/s | "
+            f"ledger bound {led:7.0f} tasks/s | pipeline = {pipe / q:.0%} of queue, "
+            f"{pipe / led:.0%} of ledger -> {share:.0%} of the tighter ({which}): {mark}",
+            share)
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="jobs at once per worker process, pipeline and queue baseline "
+                             "alike (default 1, the product default); the ledger baseline "
+                             "then uses workers x concurrency connections")
+    parser.add_argument("--profile", action="store_true",
+                        help="always print the profile of one in-process worker")
+    parser.add_argument("--profile-tasks", type=int, default=1_000)
+    args = parser.parse_args(argv)
+    if args.tasks < 2 or args.repeat < 1:
+        parser.error("--tasks must be at least 2 and --repeat at least 1")
+    counts = [int(x) for x in args.workers.split(",") if x.strip()]
+    base = devservices.resolve_settings(owner_pid=os.getpid())
+    print(f"pipeline benchmark: {args.tasks:,} tasks (half small exports, half reminders), "
+          f"worker processes {counts}, {args.repeat} run(s); machine: {os.cpu_count()} "
+          f"cores; worker timings: production defaults except "
+          f"{', '.join(f'{k}={v}' for k, v in _timings(args.concurrency).items())}",
+          flush=True)
+    figures = Figures()
+    log_dir = Path(tempfile.mkdtemp(prefix="teamdesk-bench-"))
+    for r in range(args.repeat):
+        print(f"  run {r + 1}/{args.repeat}", flush=True)
+        for k in counts:
+            q = await measure_queue(base, args.tasks, k, args.concurrency)
+            print(f"    queue bound ({k}): {q:.0f} jobs/s", flush=True)
+            led = await measure_ledger(base, args.tasks, k * args.concurrency)
+            print(f"    ledger bound ({k * args.concurrency} connection(s)): {led:.0f} tasks/s",
+                  flush=True)
+            run = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency)
+            print(f"    pipeline ({k}): {run.rate:.0f} tasks/s; CPU per task: worker "
+                  f"process(es) {run.worker_ms:.1f} ms, PostgreSQL {run.postgres_ms:.1f} ms; "
+                  f"machine {run.busy:.0%} busy", flush=True)
+            figures.add("queue", k, q)
+            figures.add("ledger", k, led)
+            figures.add("pipeline", k, run.rate)
+            figures.add("worker_ms", k, run.worker_ms)
+            figures.add("postgres_ms", k, run.postgres_ms)
+            print(_line(k, q, led, run.rate)[0], flush=True)
+    print(f"\n  medians of {args.repeat} run(s), {args.tasks:,} tasks each:")
+    missed = False
+    for k in counts:
+        line, share = _line(k, statistics.median(figures.queue[k]),
+                            statistics.median(figures.ledger[k]),
+                            statistics.median(figures.pipeline[k]))
+        print(line)
+        print(f"      CPU per task (median): worker process(es) "
+              f"{statistics.median(figures.worker_ms[k]):.1f} ms, PostgreSQL "
+              f"{statistics.median(figures.postgres_ms[k]):.1f} ms")
+        missed |= share < TARGET
+    if len(counts) > 1 and 1 in counts:
+        one = statistics.median(figures.pipeline[1])
+        for k in counts:
+            if k != 1:
+                print(f"    scaling: {k} worker processes = "
+                      f"{statistics.median(figures.pipeline[k]) / one:.2f}x one")
+    print(f"  worker logs: {log_dir}")
+    if missed or args.profile:
+        if missed:
+            print(f"\n  the pipeline is below {TARGET:.0%} of the tighter baseline: where the "
+                  "time goes")
+        await profile_worker(base, min(args.tasks, args.profile_tasks))
+        await call_costs(base)
+    return 0
+
+
+def _entry() -> int:
+    import logging
+
+    if "--role" in sys.argv:
+        role = argparse.ArgumentParser()
+        role.add_argument("--role", required=True, choices=["noop-worker", "ledger-worker"])
+        role.add_argument("--part", type=int, default=0)
+        role.add_argument("--parts", type=int, default=1)
+        a = role.parse_args()
+        if a.role == "noop-worker":
+            return asyncio.run(_noop_worker_main())
+        return _ledger_worker_main(a.part, a.parts)
+    logging.getLogger("teamdesk").setLevel(logging.WARNING)
+    return asyncio.run(main())
+
+
+if __name__ == "__main__":
+    sys.exit(_entry())
