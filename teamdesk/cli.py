@@ -184,6 +184,8 @@ def _configure_logging(level: str) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from redis.exceptions import RedisError
+
     from teamdesk.tasks.runner import run_worker_process
 
     _configure_logging(args.log_level)
@@ -196,6 +198,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = settings.replace(**changes)
     try:
         return asyncio.run(run_worker_process(settings, name=args.name))
+    except (RedisError, OSError) as err:
+        # A supervisor restarts us; the operator gets one line, not a traceback.
+        print(f"teamdesk: cannot start the worker, Redis at {settings.redis_url} is not "
+              f"reachable ({type(err).__name__}: {err})", file=sys.stderr)
+        return 2
     finally:
         devservices.release_owner()
 

@@ -37,6 +37,10 @@ class Settings:
     #: Exponential backoff base (Q1: ~2 s then 4 s).
     backoff_delay_ms: int = 2_000
     worker_concurrency: int = 1
+    #: After a Redis error a worker retries its fetch this much later (BullMQ's
+    #: runRetryDelay). Its default of 15 s made workers sit idle long after a Redis
+    #: restart and notice SIGTERM late (measured in the chaos runs).
+    fetch_retry_delay_ms: int = 500
 
     #: Dispatcher (D1, D6, D7, D8).
     dispatch_tick_s: float = 3.0

@@ -150,6 +150,7 @@ async def create_task_worker(
         "stalledInterval": settings.stalled_interval_ms,
         "maxStalledCount": settings.max_stalled_count,
         "drainDelay": 1,
+        "runRetryDelay": settings.fetch_retry_delay_ms,
     }
     if actor:
         opts["name"] = actor

@@ -232,3 +232,20 @@ async def test_two_processes_complete_500_mixed_tasks_exactly_once(
     for p in procs:
         p.p.send_signal(signal.SIGTERM)
     assert [p.wait() for p in procs] == [0, 0]
+
+
+def test_worker_without_redis_says_so_in_one_line(settings, tmp_path):
+    """W4, bad input: started while Redis is unreachable, the process prints one readable
+    line (no traceback) and exits 2, so a supervisor can restart it."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": settings.database_url,
+           "REDIS_URL": f"redis://127.0.0.1:{port}/0", "TEAMDESK_REDIS_TIMEOUT_S": "1"}
+    out = subprocess.run([sys.executable, "-m", "teamdesk.cli", "worker", "--name", "w"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "cannot start the worker, Redis at" in out.stderr
+    assert "Traceback" not in out.stderr
