@@ -27,7 +27,8 @@ async def _task_count(sessions) -> int:
 
 
 async def test_request_export_writes_waiting_run0_undispatched(sessions, demo):
-    """O1, O4: the request writes one EXPORT row, WAITING, run 0, dispatched_at NULL."""
+    """O1, O2, O4, I1: the request writes one EXPORT row of `background_tasks` — the
+    ledger is the outbox, there is no other table — WAITING, run 0, dispatched_at NULL."""
     async with sessions() as s:
         task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
     async with sessions() as s:
