@@ -30,12 +30,13 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from benchmarks._procs import clear_prefix
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY, dispatch_tasks, scan_query
-from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client
+from teamdesk.tasks.queue import JOB_NAME, create_task_queue
 
 _TEAM = """
 INSERT INTO teams (id, name) VALUES ('acme', 'Acme Support');
@@ -151,17 +152,6 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         drop_database(url)
 
 
-async def _clear_prefix(settings: Settings) -> None:
-    client = redis_client(settings)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{settings.queue_prefix}:*",
-                                                  count=1000)]
-        for i in range(0, len(keys), 1000):
-            await client.delete(*keys[i:i + 1000])
-    finally:
-        await client.aclose()
-
-
 async def _waiting_tasks(sessions: async_sessionmaker[AsyncSession], n: int) -> None:
     async with sessions() as s, s.begin():
         await s.execute(text("DELETE FROM background_tasks"))
@@ -185,18 +175,18 @@ async def drain_benchmark(base: Settings, n: int) -> None:
                 await conn.execute(text(stmt))
         await queue.add(JOB_NAME, {"warm": True}, {"jobId": "warm-up"})  # load scripts
         await queue.getJob("warm-up")
-        await _clear_prefix(settings)
+        await clear_prefix(settings)
 
         t0 = time.perf_counter()
         for i in range(n):
             await queue.add(JOB_NAME, {"taskId": f"R{i}", "run": 0}, {"jobId": f"R{i}-0"})
         raw = n / (time.perf_counter() - t0)
-        await _clear_prefix(settings)
+        await clear_prefix(settings)
         t0 = time.perf_counter()
         await queue.addBulk([{"name": JOB_NAME, "data": {"taskId": f"R{i}", "run": 0},
                               "opts": {"jobId": f"R{i}-0"}} for i in range(n)])
         bulk = n / (time.perf_counter() - t0)
-        await _clear_prefix(settings)
+        await clear_prefix(settings)
 
         print(f"(b) draining {n:,} WAITING tasks (batch {settings.dispatch_batch_size})")
         print(f"    raw sequential queue.add:          {raw:8.0f} jobs/s")
@@ -222,9 +212,9 @@ async def drain_benchmark(base: Settings, n: int) -> None:
             label = "book-like sequential" if concurrency == 1 else "default"
             print(f"    dispatch_tasks, concurrency {concurrency} ({label}): {rate:8.0f} "
                   f"tasks/s in {ticks} ticks = {rate / raw:.0%} of raw add")
-            await _clear_prefix(settings)
+            await clear_prefix(settings)
     finally:
-        await _clear_prefix(settings)
+        await clear_prefix(settings)
         await queue.close()
         await engine.dispose()
         drop_database(url)
