@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from labs.faults import flush_prefix
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.templates import clone_database, drop_database
@@ -166,16 +167,8 @@ async def wait_heartbeats(settings: Settings, procs: list[WorkerProc], timeout: 
 
 
 async def clear_prefix(settings: Settings) -> int:
-    """Delete every key under the world's queue prefix."""
-    client = redis_client(settings)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{settings.queue_prefix}:*",
-                                                  count=1000)]
-        for i in range(0, len(keys), 1000):
-            await client.delete(*keys[i:i + 1000])
-        return len(keys)
-    finally:
-        await client.aclose()
+    """Delete every key under the world's queue prefix (`labs.faults.flush_prefix`)."""
+    return await flush_prefix(settings)
 
 
 @dataclass

@@ -24,17 +24,15 @@ import enum
 import os
 import statistics
 import time
-import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from benchmarks._procs import clear_prefix
+from benchmarks._procs import World, clear_prefix
 from teamdesk import devservices
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
-from teamdesk.db.templates import clone_database, drop_database
+from teamdesk.db.engine import create_engine
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY, dispatch_tasks, scan_query
 from teamdesk.tasks.queue import JOB_NAME, create_task_queue
 
@@ -95,10 +93,9 @@ async def _fill(database_url: str, rows: int) -> None:
 
 async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
     """(a): the scan on a ledger of `rows` rows must stay an index read."""
-    url = clone_database(base.database_url, prefix="teamdesk_bench")
-    settings = base.replace(database_url=url, queue_prefix=f"bench{uuid.uuid4().hex[:8]}")
-    engine = create_engine(url)
-    sessions = session_factory(engine)
+    world = World.open(base, "bench")
+    settings, sessions = world.settings, world.sessions
+    url = settings.database_url
     queue = create_task_queue(settings)
     try:
         started = time.perf_counter()
@@ -148,8 +145,7 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         print("      " + late_plan.replace("\n", "\n      "))
     finally:
         await queue.close()
-        await engine.dispose()
-        drop_database(url)
+        await world.close()
 
 
 async def _waiting_tasks(sessions: async_sessionmaker[AsyncSession], n: int) -> None:
@@ -164,10 +160,8 @@ async def _waiting_tasks(sessions: async_sessionmaker[AsyncSession], n: int) -> 
 
 async def drain_benchmark(base: Settings, n: int) -> None:
     """(b): a full drain by the dispatcher vs raw sequential adds of as many jobs."""
-    url = clone_database(base.database_url, prefix="teamdesk_bench")
-    settings = base.replace(database_url=url, queue_prefix=f"bench{uuid.uuid4().hex[:8]}")
-    engine = create_engine(url)
-    sessions = session_factory(engine)
+    world = World.open(base, "bench")
+    settings, engine, sessions = world.settings, world.engine, world.sessions
     queue = create_task_queue(settings)
     try:
         async with engine.begin() as conn:
@@ -214,10 +208,8 @@ async def drain_benchmark(base: Settings, n: int) -> None:
                   f"tasks/s in {ticks} ticks = {rate / raw:.0%} of raw add")
             await clear_prefix(settings)
     finally:
-        await clear_prefix(settings)
         await queue.close()
-        await engine.dispose()
-        drop_database(url)
+        await world.close()
 
 
 async def main(argv: list[str] | None = None) -> None:

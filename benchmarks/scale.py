@@ -29,7 +29,6 @@ import os
 import statistics
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,8 +40,6 @@ from benchmarks.dispatch import _explain, _fill
 from benchmarks.pipeline import PIPELINE_TIMINGS, Progress, _counts, _insert_tasks, _prepare
 from teamdesk import devservices
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
-from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.tasks.dispatcher import dispatch_tasks, scan_query
 from teamdesk.tasks.queue import create_task_queue
 
@@ -60,10 +57,9 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
                   ) -> tuple[float, float, float, float]:
     """(median scan ms with work due, max of those, median scan ms with nothing due,
     median idle tick ms) on a ledger of `rows` rows."""
-    url = clone_database(base.database_url, prefix="teamdesk_bscale")
-    settings = base.replace(database_url=url, queue_prefix=f"bscale{uuid.uuid4().hex[:8]}")
-    engine = create_engine(url)
-    sessions = session_factory(engine)
+    world = World.open(base, "bscale")
+    settings, engine, sessions = world.settings, world.engine, world.sessions
+    url = settings.database_url
     queue = create_task_queue(settings)
     try:
         t0 = time.perf_counter()
@@ -118,8 +114,7 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
                 statistics.median(idle))
     finally:
         await queue.close()
-        await engine.dispose()
-        drop_database(url)
+        await world.close()
 
 
 async def memory(base: Settings, total: int, log_dir: Path) -> list[tuple[int, float]]:

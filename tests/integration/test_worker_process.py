@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from benchmarks._procs import wait_until
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.services import exports, tickets
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
@@ -70,18 +71,10 @@ def procs():
 
 
 async def until(cond, timeout: float, what: str, proc: Proc | None = None):
-    """Poll an external state until `cond()` is truthy; the bound reports it never came."""
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n--- {proc.name} log ---\n{proc.output()}" if proc else ""
-            raise AssertionError(f"timed out waiting for {what}{extra}")
-        await asyncio.sleep(0.05)
+    """Poll another process's observable state (`benchmarks._procs.wait_until`); the bound
+    only reports that it never came, with the process's log appended."""
+    on_timeout = (lambda: f"--- {proc.name} log ---\n{proc.output()}") if proc else None
+    return await wait_until(cond, timeout, what, on_timeout=on_timeout)
 
 
 async def status_of(sessions, task_id: str) -> BackgroundTask:
