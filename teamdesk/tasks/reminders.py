@@ -66,5 +66,7 @@ async def run_reminder(ctx: TaskContext, job: Any, lease: Lease, task: Backgroun
         await leased_update(session, lease, during="reminder completion",
                             status=TaskStatus.COMPLETED, progress=100,
                             result_summary=summary, execution_id=None)
+        await probes.announce("reminder.after_completion", task_id=lease.task_id, run=lease.run,
+                              execution_id=lease.execution_id, actor=ctx.actor)
     await job.updateProgress(100)
     return summary

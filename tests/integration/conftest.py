@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -90,6 +90,52 @@ async def reminder_effects(sessions, ticket_id: int) -> tuple[int, int, int]:
             TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
         v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
     return n, e, v
+
+
+async def once_more_changes_nothing(sessions, task_id: str,
+                                    run_again: Callable[[], Awaitable[Any]]) -> Any:
+    """Run the task once more, sequentially, and prove it had no extra side effect
+    (CONTRACT, ch. 26 §8: every race test ends this way). The whole ledger row — status,
+    run, lease, attempts, CSV, summary, expiry, `updated_at` — must be unchanged, and for a
+    reminder so must its ticket's notifications, `reminder_sent` events and version (P10).
+    Returns what `run_again()` returned (the outcome text of `process_task`, or a job event),
+    for the caller to check *why* nothing happened."""
+    row = await task_row(sessions, task_id)
+    ticket_id = row["ticket_id"]
+    effects = await reminder_effects(sessions, ticket_id) if ticket_id is not None else None
+    outcome = await run_again()
+    assert await task_row(sessions, task_id) == row, "the sequential run changed the ledger row"
+    if ticket_id is not None:
+        assert await reminder_effects(sessions, ticket_id) == effects, \
+            "the sequential run added a reminder side effect"
+    return outcome
+
+
+def direct_run(ctx: Any, task_id: str, run: int = 0) -> Callable[[], Awaitable[str]]:
+    """`run_again` for `once_more_changes_nothing`: `process_task` called directly with a
+    `FakeJob`, as the book's database race tests do."""
+    from teamdesk.tasks.processor import process_task
+
+    return lambda: process_task(FakeJob(task_id, run), None, ctx)
+
+
+def worker_run(queue, recorder: Recorder, task_id: str,
+               run: int = 0) -> Callable[[], Awaitable[str]]:
+    """`run_again` for `once_more_changes_nothing`: one more delivery of the same task run
+    through the real queue and whichever real worker is running. A job id of its own, so
+    the finished record of the first delivery cannot swallow it (D5); returns the
+    processor's outcome text from the `completed` event."""
+
+    async def again() -> str:
+        job = await enqueue_as(queue, f"{task_job_id(task_id, run)}-again", task_id, run)
+        return (await recorder.wait_for("completed", job_id=job.id))["result"]
+
+    return again
+
+
+async def enqueue_as(queue, job_id: str, task_id: str, run: int = 0):
+    """Add a delivery of `task_id`/`run` under an explicit job id (a duplicate delivery)."""
+    return await queue.add(JOB_NAME, {"taskId": task_id, "run": run}, {"jobId": job_id})
 
 
 async def age_task(sessions, task_id: str, seconds: float, column: str = "updated_at") -> None:

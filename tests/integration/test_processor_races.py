@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 from teamdesk.db.models import (
     BackgroundTask,
@@ -22,7 +22,13 @@ from teamdesk.db.models import (
 )
 from teamdesk.services import exports, tasks, teams, tickets
 from teamdesk.tasks.processor import TaskContext, process_task
-from tests.integration.conftest import FakeJob, reminder_effects, task_row
+from tests.integration.conftest import (
+    FakeJob,
+    direct_run,
+    once_more_changes_nothing,
+    reminder_effects,
+    task_row,
+)
 
 T = 8.0  # bound for every wait: only detects a sync point that never came
 
@@ -72,6 +78,78 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
 
     assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
     assert await reminder_effects(sessions, ticket.id) == (n, e, v)
+
+
+async def _claims_waiting_on_an_open_completion(sessions) -> list[dict]:
+    """Backends of this test's database that wait on a *lock* in an UPDATE of the ledger,
+    each with a backend blocking it and that blocker's state and last statement. Read
+    from `pg_stat_activity` and `pg_blocking_pids`: what PostgreSQL itself says is
+    waiting, not an inference from timing."""
+    async with sessions() as s:
+        rows = (await s.execute(text(
+            "SELECT w.pid, w.query AS waiting_query, b.pid AS blocker, "
+            "       b.state AS blocker_state, b.query AS blocker_query "
+            "FROM pg_stat_activity w "
+            "CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid) "
+            "JOIN pg_stat_activity b ON b.pid = bp.pid "
+            "WHERE w.datname = current_database() AND w.wait_event_type = 'Lock' "
+            "  AND w.query ILIKE '%update%background_tasks%'"))).mappings().all()
+    return [dict(r) for r in rows]
+
+
+async def _observed(probe, what: str) -> list[dict]:
+    """Poll an observable condition until it holds; bounded by T, which only detects a
+    condition that never came (it orders nothing)."""
+    deadline = asyncio.get_running_loop().time() + T
+    while not (found := await probe()):
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"never observed within {T:g} s: {what}")
+        await asyncio.sleep(0.02)
+    return found
+
+
+async def test_completion_wins_and_a_concurrent_claim_waits_then_matches_nothing(
+        sessions, demo, ctx, gates):
+    """P12 (first half), P10, P2: A's reminder transaction has run its lease-conditioned
+    completion UPDATE (one row matched) but not committed — it is held at
+    `reminder.after_completion`, so it holds the task row's lock. A second delivery B reads
+    the row (still RUNNING, committed state), passes P1 and starts its claim: PostgreSQL
+    shows B's claim UPDATE waiting on a lock held by A's open transaction, and B is not
+    done. A commits; B's claim re-checks its WHERE against the committed row (COMPLETED is
+    not WAITING/RUNNING) and matches nothing: "not claimed". The ledger keeps A's summary
+    and lease-free COMPLETED, the ticket got exactly one notification, and one more
+    sequential run changes nothing."""
+    ticket, task = await reminder(sessions)
+    base = await reminder_effects(sessions, ticket.id)
+    g_a = gates.gate("reminder.after_completion", actor="A")
+    g_b = gates.gate("claim.before", actor="B")
+    run_a = asyncio.create_task(process_task(FakeJob(task.id), None, ctx("A")))
+    a_ctx = await g_a.reached()
+
+    run_b = asyncio.create_task(process_task(FakeJob(task.id), None, ctx("B")))
+    await g_b.reached()  # B read the committed row (RUNNING) and passed P1
+    g_b.release()
+    waits = await _observed(lambda: _claims_waiting_on_an_open_completion(sessions),
+                            "B's claim waiting on the row lock of A's open transaction")
+    assert len(waits) == 1, waits
+    assert waits[0]["blocker_state"] == "idle in transaction"  # A, paused before COMMIT
+    assert "update" in waits[0]["blocker_query"].lower()  # its last statement: the completion
+    assert not run_b.done()
+    row = await task_row(sessions, task.id)  # what others see while A is open
+    assert (row["status"], row["execution_id"]) == (TaskStatus.RUNNING, a_ctx["execution_id"])
+    assert await reminder_effects(sessions, ticket.id) == base
+
+    g_a.release()
+    summary = await asyncio.wait_for(run_a, T)
+    assert summary.startswith("Reminder sent")
+    assert await asyncio.wait_for(run_b, T) == "not claimed"
+    row = await task_row(sessions, task.id)
+    assert (row["status"], row["progress"], row["execution_id"], row["result_summary"],
+            row["attempts"]) == (TaskStatus.COMPLETED, 100, None, summary, 1)
+    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_recovery_scan_clears_lease_old_executor_rolls_back(sessions, demo, ctx, gates):
