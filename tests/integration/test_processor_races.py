@@ -76,8 +76,8 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
     assert (row["status"], row["progress"], row["execution_id"]) == (TaskStatus.COMPLETED, 100,
                                                                      None)
 
-    assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await reminder_effects(sessions, ticket.id) == (n, e, v)
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def _claims_waiting_on_an_open_completion(sessions) -> list[dict]:
@@ -173,8 +173,8 @@ async def test_recovery_scan_clears_lease_old_executor_rolls_back(sessions, demo
 
     assert (await process_task(FakeJob(task.id), None, ctx("B"))).startswith("Reminder sent")
     assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
-    assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_failure_after_event_insert_rolls_back_all_four(sessions, demo, ctx, gates):
@@ -196,8 +196,8 @@ async def test_failure_after_event_insert_rolls_back_all_four(sessions, demo, ct
     row = await task_row(sessions, task.id)
     assert (row["status"], row["attempts"]) == (TaskStatus.COMPLETED, 2)
     assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
-    assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_mid_progress_failure_over_attempts_then_manual_retry(sessions, demo, ctx):
@@ -228,6 +228,10 @@ async def test_mid_progress_failure_over_attempts_then_manual_retry(sessions, de
     assert (row["status"], row["run"], row["attempts"], row["progress"]) == (
         TaskStatus.COMPLETED, 1, 1, 100)
     assert job.progress_reports[-1] == 100
+    for run in (0, 1):  # a late message of the old run, and a duplicate of the new one
+        again = await once_more_changes_nothing(sessions, task.id,
+                                                direct_run(ctx("C"), task.id, run))
+        assert again == "skipped: ledger is run 1 COMPLETED"
 
 
 async def _rename_open_tickets(sessions, prefix: str) -> None:
@@ -265,8 +269,8 @@ async def test_export_takeover_old_executor_cannot_overwrite(sessions, demo, ctx
     titles = [r["title"] for r in csv.DictReader(io.StringIO(row["result_csv"]))]
     assert titles and all(t.startswith("B-era: ") for t in titles)
 
-    assert (await process_task(FakeJob(task.id), None, ctx("C"))).startswith("skipped")
-    assert (await task_row(sessions, task.id))["result_csv"] == row["result_csv"]
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_late_permission_rejection_obeys_the_lease(sessions, demo, ctx, gates):
@@ -295,7 +299,8 @@ async def test_late_permission_rejection_obeys_the_lease(sessions, demo, ctx, ga
     row = await task_row(sessions, task.id)
     assert (row["status"], row["execution_id"]) == (TaskStatus.FAILED, None)
     assert row["last_error"].startswith("Rejected: the requester no longer has access")
-    assert (await process_task(FakeJob(task.id), None, ctx("C"))) == "not claimed"
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "not claimed"  # FAILED: the claim matches nothing (P2)
 
 
 async def test_committed_result_survives_failed_final_progress_report(sessions, demo, ctx):
@@ -310,3 +315,5 @@ async def test_committed_result_survives_failed_final_progress_report(sessions, 
     assert (row["status"], row["progress"]) == (TaskStatus.COMPLETED, 100)
     assert row["result_csv"] and row["expires_at"] > datetime.now(UTC) + timedelta(hours=23)
     assert 100 not in job.progress_reports
+    again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"

@@ -1,5 +1,6 @@
 """The real-worker tests of ch. 26 §7 that need no dispatcher: stalled takeover (export and
-reminder), transient retry with a 30 ms backoff, permanent rejection.
+reminder), transient retry with a 30 ms backoff, permanent rejection — and the retention options
+that finished job records keep (Q1).
 
 Real PostgreSQL, real Redis, the real BullMQ worker built by `create_task_worker` (W1),
 the real `stalled` event. Worker A runs with a 1000 ms lock and renewal off (the stuck
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +21,15 @@ from sqlalchemy import update
 
 from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.services import exports, tickets
-from tests.integration.conftest import enqueue, reminder_effects, task_row
+from teamdesk.tasks.dispatcher import dispatch_tasks
+from teamdesk.tasks.queue import task_job_id
+from tests.integration.conftest import (
+    enqueue,
+    once_more_changes_nothing,
+    reminder_effects,
+    task_row,
+    worker_run,
+)
 
 A_STUCK = dict(renew_lock=False, lock_duration_ms=1000, stalled_interval_ms=60_000)
 B_WATCHFUL = dict(stalled_interval_ms=100)
@@ -81,9 +91,9 @@ async def test_stalled_takeover_late_executor_changes_nothing(
         assert await reminder_effects(sessions, ticket.id) == (1, 1, base[2] + 1)
     assert not recorder.of("failed")
 
-    again = await queue.add("execute", {"taskId": task.id, "run": 0}, {"jobId": "sequential"})
-    assert (await recorder.wait_for("completed", job_id=again.id))["result"].startswith("skipped")
-    assert await task_row(sessions, task.id) == row
+    again = await once_more_changes_nothing(sessions, task.id,
+                                            worker_run(queue, recorder, task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_transient_error_retries_same_run_with_short_backoff(
@@ -105,6 +115,9 @@ async def test_transient_error_retries_same_run_with_short_backoff(
         TaskStatus.COMPLETED, 2, "Attempt 1 of 3 failed with a temporary error; retrying "
         "automatically.")
     assert (await queue.getJob(job.id)).attemptsMade == 2
+    again = await once_more_changes_nothing(sessions, task.id,
+                                            worker_run(queue, recorder, task.id))
+    assert again == "skipped: ledger is run 0 COMPLETED"
 
 
 async def test_permanent_rejection_fails_at_once(sessions, demo, queue, start_worker, recorder):
@@ -126,3 +139,42 @@ async def test_permanent_rejection_fails_at_once(sessions, demo, queue, start_wo
     assert (row["status"], row["attempts"], row["execution_id"]) == (TaskStatus.FAILED, 1, None)
     assert row["last_error"] == ("Rejected: the export's filters are no longer valid. "
                                  "Create a new export with valid filters.")
+    again = await once_more_changes_nothing(sessions, task.id,
+                                            worker_run(queue, recorder, task.id))
+    assert again == "not claimed"  # FAILED stays FAILED until a manual retry (R2)
+
+
+async def test_finished_job_records_keep_the_queue_retention_options(
+        settings, sessions, demo, queue, redis, start_worker, recorder):
+    """Q1, D2, P8: jobs added by the real dispatcher and finished by a real worker — one
+    completed, one failed for good (a permanent rejection) — carry the contract's
+    retention in the options stored in Redis: `removeOnComplete = {age: 86400, count:
+    1000}`, `removeOnFail = {age: 604800, count: 1000}`. Read from the job hash itself,
+    after the move to completed/failed (where BullMQ applies them), not from the options
+    the test passed: it passes none. Both records are still there afterwards, as those
+    options say they must be (a `True` would have deleted them at once)."""
+    async with sessions() as s:
+        good = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
+    async with sessions() as s:
+        bad = await exports.request_export(s, "acme", "ben", {})
+    async with sessions() as s, s.begin():
+        await s.execute(update(BackgroundTask).where(BackgroundTask.id == bad.id)
+                        .values(filters={"colour": "red"}))
+    assert (await dispatch_tasks(sessions, queue, settings)).added == 2
+    await start_worker("W")
+    await recorder.wait_for("completed", job_id=task_job_id(good.id, 0))
+    failed = await recorder.wait_for("failed", job_id=task_job_id(bad.id, 0))
+    assert failed["exhausted"] is True
+
+    async def stored_opts(task_id: str) -> dict:
+        raw = await redis.hget(queue.toKey(task_job_id(task_id, 0)), "opts")
+        assert raw is not None, "the job record was removed"
+        return json.loads(raw)
+
+    done, gave_up = await stored_opts(good.id), await stored_opts(bad.id)
+    assert await (await queue.getJob(task_job_id(good.id, 0))).getState() == "completed"
+    assert await (await queue.getJob(task_job_id(bad.id, 0))).getState() == "failed"
+    for opts in (done, gave_up):
+        assert opts["removeOnComplete"] == {"age": 86400, "count": 1000}
+        assert opts["removeOnFail"] == {"age": 604800, "count": 1000}
+        assert opts["attempts"] == 3
