@@ -17,7 +17,13 @@ from sqlalchemy import update
 from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.services import exports
 from teamdesk.tasks.dispatcher import QUEUE_FAILED_ERROR, dispatch_tasks
-from tests.integration.conftest import age_task, enqueue, task_row
+from tests.integration.conftest import (
+    age_task,
+    enqueue,
+    once_more_changes_nothing,
+    task_row,
+    worker_run,
+)
 
 A_STUCK = dict(renew_lock=False, lock_duration_ms=1000, stalled_interval_ms=60_000)
 
@@ -91,6 +97,9 @@ async def test_late_failed_callback_cannot_fail_the_new_execution(
         await recorder.wait_for("completed", actor="B")
         row = await task_row(sessions, task.id)
         assert (row["status"], row["run"], row["progress"]) == (TaskStatus.COMPLETED, 0, 100)
+        again = await once_more_changes_nothing(sessions, task.id,
+                                                worker_run(queue, recorder, task.id))
+        assert again == "skipped: ledger is run 0 COMPLETED"
     else:
         await asyncio.wait_for(legacy_done.wait(), 8)
         row = await task_row(sessions, task.id)
@@ -99,6 +108,9 @@ async def test_late_failed_callback_cannot_fail_the_new_execution(
         g_b.release()
         await recorder.wait_for("completed", actor="B")  # B lost its lease: returns quietly
         assert (await task_row(sessions, task.id))["status"] == TaskStatus.FAILED
+        again = await once_more_changes_nothing(sessions, task.id,
+                                                worker_run(queue, recorder, task.id))
+        assert again == "not claimed"
 
 
 async def test_stalled_over_the_limit_then_two_scans(settings, sessions, demo, queue,
@@ -138,3 +150,6 @@ async def test_stalled_over_the_limit_then_two_scans(settings, sessions, demo, q
     await g_a.passed()
     await recorder.wait_for("error", actor="A", job_id=job.id)
     assert await task_row(sessions, task.id) == final
+    again = await once_more_changes_nothing(sessions, task.id,
+                                            worker_run(queue, recorder, task.id))
+    assert again == "not claimed"  # FAILED until a manual retry (R2)
