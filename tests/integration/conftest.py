@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -128,7 +129,16 @@ def worker_run(queue, recorder: Recorder, task_id: str,
 
     async def again() -> str:
         job = await enqueue_as(queue, f"{task_job_id(task_id, run)}-again", task_id, run)
-        return (await recorder.wait_for("completed", job_id=job.id))["result"]
+        waits = {kind: asyncio.ensure_future(recorder.wait_for(kind, job_id=job.id))
+                 for kind in ("completed", "failed")}
+        await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
+        for w in waits.values():
+            w.cancel()
+        failed = waits["failed"]
+        if failed.done() and not failed.cancelled() and failed.exception() is None:
+            raise AssertionError(f"the sequential delivery failed: "
+                                 f"{failed.result()['error']}")
+        return waits["completed"].result()["result"]
 
     return again
 
