@@ -1,14 +1,21 @@
-"""Unit tests of pure pieces: settings, job ids, filters, probe names."""
+"""Unit tests of pure pieces: settings, job ids, filters, probe names, CSV cells."""
 
 from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
 
 import pytest
 
 from teamdesk import probes
 from teamdesk.config import Settings
+from teamdesk.db.models import Priority, Ticket, TicketStatus
 from teamdesk.errors import InvalidFilters
 from teamdesk.services.exports import validate_filters
+from teamdesk.tasks.exports import CSV_COLUMNS, neutralise, to_csv
 from teamdesk.tasks.queue import DEFAULT_JOB_OPTIONS, MAX_TASK_ATTEMPTS, job_options, task_job_id
+from tests.conftest import CR_BREAKS_THE_RECORD
 
 
 def test_task_job_id_is_id_dash_run():
@@ -67,3 +74,38 @@ async def test_unknown_probe_point_is_an_error():
             await probes.announce("claim.aftr", task_id="T", run=0)
     await probes.announce("claim.after", task_id="T", run=0)
     assert seen == [("claim.after", {"task_id": "T", "run": 0})]
+
+
+#: X3's six formula starts, each with a payload a spreadsheet would run.
+FORMULA_CELLS = ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "\t=1+1", "\r=1+1")
+
+
+@pytest.mark.parametrize("cell", FORMULA_CELLS, ids=["eq", "plus", "minus", "at", "tab", "cr"])
+def test_every_formula_start_is_neutralised(cell):
+    """X3: a cell starting with `=`, `+`, `-`, `@`, tab or CR gets one leading apostrophe,
+    the rest kept as it was."""
+    assert neutralise(cell) == "'" + cell
+
+
+@pytest.mark.parametrize("cell", ["", "plain", "a=b", "1-2", " =1", "'=1", "\n=1", "x\t=1"])
+def test_other_cells_are_left_alone(cell):
+    """X3 names six starts and no others: a formula sign later in the cell, a leading space
+    or newline, or an apostrophe already there, change nothing."""
+    assert neutralise(cell) == cell
+
+
+@pytest.mark.parametrize("cell", [
+    *FORMULA_CELLS[:5], pytest.param(FORMULA_CELLS[5], marks=CR_BREAKS_THE_RECORD),
+], ids=["eq", "plus", "minus", "at", "tab", "cr"])
+def test_to_csv_neutralises_the_prefix_and_parses_back(cell):
+    """X3 through the whole CSV path: `to_csv` of a ticket titled with a formula start,
+    parsed back by the csv module as a spreadsheet import would, gives one record whose
+    title is the cell with one leading apostrophe (a tab or CR kept inside it), the other
+    columns untouched, and the next ticket's record intact after it."""
+    created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    tickets = [Ticket(id=i, title=title, status=TicketStatus.OPEN, priority=Priority.NORMAL,
+                      creator_id="dan", assignee_id=None, due_at=None, created_at=created)
+               for i, title in ((1, cell), (2, "plain"))]
+    rows = list(csv.reader(io.StringIO(to_csv(tickets), newline="")))
+    plain = ["OPEN", "NORMAL", "dan", "", "", created.isoformat()]
+    assert rows == [list(CSV_COLUMNS), ["1", "'" + cell, *plain], ["2", "plain", *plain]]
