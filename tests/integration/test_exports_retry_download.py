@@ -40,27 +40,33 @@ async def test_request_export_writes_waiting_run0_undispatched(sessions, demo):
 
 
 @pytest.mark.parametrize(
-    "filters",
+    ("filters", "message"),
     [
-        ["status"],
-        {"colour": "red"},
-        {"status": "OPEN"},
-        {"status": ["SOLVED"]},
-        {"priority": []},
-        {"created_from": 20260101},
-        {"created_from": "2026-13-01"},
-        {"created_from": "2026-03-01", "created_to": "2026-02-01"},
-        {"text": "x" * 101},
-        {"assignee_id": 7},
+        (["status"], "filters must be an object, not list"),
+        ({"colour": "red"}, "unknown filter keys: colour; allowed: assignee_id, created_from, "
+                            "created_to, priority, status, text"),
+        ({"status": "OPEN"}, "status must be a non-empty list of names"),
+        ({"status": ["SOLVED"]}, "status 'SOLVED' is not one of OPEN, PENDING, CLOSED"),
+        ({"priority": []}, "priority must be a non-empty list of names"),
+        ({"created_from": 20260101}, "created_from must be an ISO date string like "
+                                     "'2026-01-31'"),
+        ({"created_from": "2026-13-01"}, "created_from '2026-13-01' is not an ISO date like "
+                                         "'2026-01-31'"),
+        ({"created_from": "2026-03-01", "created_to": "2026-02-01"},
+         "created_from 2026-03-01 is after created_to 2026-02-01"),
+        ({"text": "x" * 101}, "text is 101 characters; at most 100"),
+        ({"assignee_id": 7}, "assignee_id must be a user id string"),
     ],
 )
-async def test_malformed_filters_are_refused_and_write_nothing(sessions, demo, filters):
-    """Bad input: a specific `InvalidFilters` with a readable message, no task row."""
+async def test_malformed_filters_are_refused_and_write_nothing(sessions, demo, filters,
+                                                               message):
+    """Bad input (X1, O1): a specific `InvalidFilters` whose one-line message names what is
+    wrong with *this* input — the key, the value, what was expected — and no task row."""
     before = await _task_count(sessions)
     async with sessions() as s:
         with pytest.raises(InvalidFilters) as info:
             await exports.request_export(s, "acme", "ben", filters)
-    assert "filter" in str(info.value) or "must" in str(info.value) or "is" in str(info.value)
+    assert str(info.value) == message
     assert await _task_count(sessions) == before
 
 
