@@ -425,9 +425,14 @@ def _watch(root: Path) -> None:
     """Stop both servers once nothing pins them and no owner is alive, then exit."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     os.environ["TEAMDESK_DATA_DIR"] = str(root)
+    rounds = 0
     while True:
         time.sleep(_WATCH_INTERVAL_S)
         with _locked(root):
+            # "<pid> <rounds>", written as each round starts: lets a test wait for whole
+            # rounds instead of sleeping through them.
+            rounds += 1
+            (root / "watchdog.rounds").write_text(f"{os.getpid()} {rounds}")
             pg, rd = _pg_pid(root), _redis_pid(root)
             if pg is not None or rd is not None:
                 if (root / "keep").exists() or live_owners(root):

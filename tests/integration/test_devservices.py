@@ -51,6 +51,18 @@ def _wait_until(cond, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _watchdog_rounds(root: Path) -> int:
+    """How many rounds the *current* watchdog has started (0 before its first, or when
+    the counter belongs to an earlier watchdog). Read without the lock, so a half-written
+    file counts as "not yet"."""
+    try:
+        pid = int((root / "watchdog.pid").read_text().split()[0])
+        counter_pid, rounds = map(int, (root / "watchdog.rounds").read_text().split())
+    except (FileNotFoundError, ValueError, IndexError):
+        return 0
+    return rounds if counter_pid == pid else 0
+
+
 def test_sigkilled_owner_leaves_no_orphan_servers(tmp_path):
     """Two processes share one pair of servers; SIGKILL both and the watchdog stops them."""
     root = tmp_path / "svc"
@@ -92,7 +104,13 @@ def test_services_up_pins_until_down(tmp_path):
     assert up.returncode == 0, up.stderr
     db_url = up.stdout.split()[1]
     try:
-        time.sleep(2.5)  # the watchdog has had two rounds with no owner alive
+        # Two whole watchdog rounds that started after `up` exited, i.e. with no owner
+        # alive: only the "keep" pin can have kept the servers up.
+        seen = _watchdog_rounds(root)
+        watchdog = root / "watchdog.pid"
+        _wait_until(lambda: _watchdog_rounds(root) >= seen + 2 or not watchdog.exists(), 30,
+                    "two watchdog rounds after `up` exited")
+        assert watchdog.exists(), "the watchdog stopped the pinned servers and exited"
         assert _open(db_url)
         status = subprocess.run([*teamdesk, "services", "status"], env=_env(root),
                                 capture_output=True, text=True, timeout=60)
