@@ -32,7 +32,6 @@ from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket, TicketStatus
 from teamdesk.errors import ExportExpired
 from teamdesk.services import exports
-from teamdesk.services.exports import export_query
 from teamdesk.tasks.dispatcher import (
     QUEUE_FAILED_ERROR,
     DispatchLoop,
@@ -525,16 +524,13 @@ def _csv_ids(text: str) -> list[int]:
 
 @EMBEDDED_REDIS
 async def test_real_redis_outage_fails_fast_then_recovers_to_download(
-        settings, sessions, demo, queue, caplog):
+        settings, sessions, demo, queue, start_worker, recorder, caplog):
     """Beyond the book (ch. 23 §7 leaves it open), D1–D3, D8, X2: with a WAITING export,
     the real Redis server is stopped. The loop's tick fails within seconds (not bullmq's
     ~350 s of silent retries), is logged as a dispatch fault, and the ledger is unchanged.
-    Redis comes back; a later tick enqueues the job and sets `dispatched_at`; a worker
-    completes it; the download's rows match the filters.
-
-    The worker's processor is a minimal completion path written here (the real leased
-    processor lives elsewhere): it builds the CSV from `export_query` and completes the
-    row with a conditional UPDATE (id, run, WAITING)."""
+    Redis comes back; a later tick enqueues the job and sets `dispatched_at`; the product's
+    worker (`create_task_worker`, W1) runs the real `process_task` on it (P2, P5); the
+    download's rows are exactly the tickets the filters match (X2)."""
     settings = settings.replace(dispatch_tick_s=0.2)
     caplog.set_level(logging.INFO, logger="teamdesk.dispatcher")
     async with sessions() as s:
@@ -563,35 +559,18 @@ async def test_real_redis_outage_fails_fast_then_recovers_to_download(
     assert row["status"] is TaskStatus.WAITING and row["dispatched_at"] is not None
     assert await _state(queue, task.id) == "waiting"
 
-    completed, failures = asyncio.Event(), []
-
-    async def complete_export(job: Job, token: str) -> str:
-        async with sessions() as s, s.begin():
-            t = await s.get(BackgroundTask, job.data["taskId"])
-            tickets = (await s.scalars(export_query(t.team_id, t.owner_id, t.scope,
-                                                    t.filters))).all()
-            out = io.StringIO()
-            writer = csv.writer(out)
-            writer.writerow(["id", "title", "status"])
-            writer.writerows([tk.id, tk.title, tk.status.value] for tk in tickets)
-            done = await s.execute(
-                update(BackgroundTask)
-                .where(BackgroundTask.id == t.id, BackgroundTask.run == job.data["run"],
-                       BackgroundTask.status == TaskStatus.WAITING)
-                .values(status=TaskStatus.COMPLETED, progress=100, result_csv=out.getvalue(),
-                        result_summary=f"{len(tickets)} tickets",
-                        expires_at=datetime.now(UTC) + timedelta(hours=24)))
-            assert done.rowcount == 1
-        return "ok"
-
+    # The product's own worker (W1: `create_task_worker`, the real `process_task`) takes
+    # the job that the recovered dispatcher enqueued.
     try:
-        async with _worker(settings, complete_export) as worker:
-            worker.on("completed", lambda job, result: completed.set())
-            worker.on("failed", lambda job, err: (failures.append(err), completed.set()))
-            await _wait(completed, "the worker finished the export")
+        await start_worker("W")
+        done = await recorder.wait_for("completed", job_id=task_job_id(task.id, 0))
     finally:
         await loop.stop()
-    assert failures == []
+    assert not recorder.of("failed") and not recorder.errors
+    row = await _row(sessions, task.id)
+    assert (row["status"], row["progress"], row["attempts"], row["execution_id"]) == (
+        TaskStatus.COMPLETED, 100, 1, None)
+    assert done["result"] == row["result_summary"]  # this delivery produced the result
     async with sessions() as s:
         file = await exports.download_export(s, "acme", "ben", task.id)
         expected = (await s.scalars(select(Ticket.id).where(
