@@ -82,13 +82,16 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
 
 async def _claims_waiting_on_an_open_completion(sessions) -> list[dict]:
     """Backends of this test's database that wait on a *lock* in an UPDATE of the ledger,
-    each with a backend blocking it and that blocker's state and last statement. Read
+    each with a backend blocking it, that blocker's state and last statement, and the
+    kinds of lock the waiter has not been granted (`pg_locks`). Read
     from `pg_stat_activity` and `pg_blocking_pids`: what PostgreSQL itself says is
     waiting, not an inference from timing."""
     async with sessions() as s:
         rows = (await s.execute(text(
             "SELECT w.pid, w.query AS waiting_query, b.pid AS blocker, "
-            "       b.state AS blocker_state, b.query AS blocker_query "
+            "       b.state AS blocker_state, b.query AS blocker_query, "
+            "       (SELECT array_agg(l.locktype::text) FROM pg_locks l "
+            "        WHERE l.pid = w.pid AND NOT l.granted) AS waiting_for "
             "FROM pg_stat_activity w "
             "CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid) "
             "JOIN pg_stat_activity b ON b.pid = bp.pid "
@@ -132,6 +135,9 @@ async def test_completion_wins_and_a_concurrent_claim_waits_then_matches_nothing
     waits = await _observed(lambda: _claims_waiting_on_an_open_completion(sessions),
                             "B's claim waiting on the row lock of A's open transaction")
     assert len(waits) == 1, waits
+    # A row lock (the wait is for A's transaction id), not the team's advisory lock: the
+    # claim runs outside the team lock (P11).
+    assert waits[0]["waiting_for"] == ["transactionid"], waits
     assert waits[0]["blocker_state"] == "idle in transaction"  # A, paused before COMMIT
     assert "update" in waits[0]["blocker_query"].lower()  # its last statement: the completion
     assert not run_b.done()
