@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -99,7 +100,7 @@ async def once_more_changes_nothing(sessions, task_id: str,
     (CONTRACT, ch. 26 §8: every race test ends this way). The whole ledger row — status,
     run, lease, attempts, CSV, summary, expiry, `updated_at` — must be unchanged, and for a
     reminder so must its ticket's notifications, `reminder_sent` events and version (P10).
-    Returns what `run_again()` returned (the outcome text of `process_task`, or a job event),
+    Returns what `run_again()` returned (the processor's outcome text, e.g. "skipped: …"),
     for the caller to check *why* nothing happened."""
     row = await task_row(sessions, task_id)
     ticket_id = row["ticket_id"]
@@ -123,12 +124,13 @@ def direct_run(ctx: Any, task_id: str, run: int = 0) -> Callable[[], Awaitable[s
 def worker_run(queue, recorder: Recorder, task_id: str,
                run: int = 0) -> Callable[[], Awaitable[str]]:
     """`run_again` for `once_more_changes_nothing`: one more delivery of the same task run
-    through the real queue and whichever real worker is running. A job id of its own, so
-    the finished record of the first delivery cannot swallow it (D5); returns the
+    through the real queue and whichever real worker is running. A fresh job id, so no
+    earlier record (the first delivery's, or an earlier "again") swallows it (D5); returns the
     processor's outcome text from the `completed` event."""
 
     async def again() -> str:
-        job = await enqueue_as(queue, f"{task_job_id(task_id, run)}-again", task_id, run)
+        job = await enqueue_as(queue, f"{task_job_id(task_id, run)}-again-{uuid.uuid4().hex[:6]}",
+                               task_id, run)
         waits = {kind: asyncio.ensure_future(recorder.wait_for(kind, job_id=job.id))
                  for kind in ("completed", "failed")}
         await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
