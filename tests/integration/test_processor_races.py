@@ -83,9 +83,9 @@ async def test_reminder_takeover_old_executor_commits_nothing(sessions, demo, ct
 async def _claims_waiting_on_an_open_completion(sessions) -> list[dict]:
     """Backends of this test's database that wait on a *lock* in an UPDATE of the ledger,
     each with a backend blocking it, that blocker's state and last statement, and the
-    kinds of lock the waiter has not been granted (`pg_locks`). Read
-    from `pg_stat_activity` and `pg_blocking_pids`: what PostgreSQL itself says is
-    waiting, not an inference from timing."""
+    kinds of lock the waiter has not been granted. Read from `pg_stat_activity`,
+    `pg_blocking_pids` and `pg_locks`: what PostgreSQL itself says is waiting, not an
+    inference from timing."""
     async with sessions() as s:
         rows = (await s.execute(text(
             "SELECT w.pid, w.query AS waiting_query, b.pid AS blocker, "
