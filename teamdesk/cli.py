@@ -7,6 +7,7 @@
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
     teamdesk demo race                  the takeover race, narrated in the terminal
+    teamdesk rules [ID ...]             the contract's rules: code, tests, notebooks
 
 Errors a user can act on are printed as one line and exit 2; no stack traces.
 """
@@ -270,6 +271,29 @@ def cmd_lab(args: argparse.Namespace) -> int:
         devservices.release_owner()
 
 
+# ---------------------------------------------------------------- rules
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    """The rules of RULES.md with their places, computed from the sources (no services
+    needed). Exit 1 names the rules no test cites: a rule nobody proves is a gap."""
+    from teamdesk import rules
+
+    root = Path(args.root).resolve() if args.root else rules.PROJECT_ROOT
+    reports = rules.index(root)
+    chosen = rules.select(args.ids, reports) if args.ids else list(reports.values())
+    if args.ids:
+        print("\n\n".join(r.text() for r in chosen))
+    else:
+        print_table(rules.table(chosen))
+    missing = rules.untested({r.rule.id: r for r in chosen})
+    if missing:
+        print(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}")
+        return 1
+    if not args.ids:
+        print(f"\nevery one of the {len(chosen)} rules is cited by at least one test")
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tasks", help="the task ledger as a table")
     t.add_argument("--limit", type=int, default=20)
     t.set_defaults(func=cmd_tasks)
+
+    r = sub.add_parser("rules", help="the contract's rules: where each lives, proven, shown")
+    r.add_argument("ids", nargs="*", metavar="ID", help="rule ids (default: a table of all)")
+    r.add_argument("--root", help="project checkout to scan (default: this package's)")
+    r.set_defaults(func=cmd_rules)
     return p
 
 

@@ -1,4 +1,5 @@
-"""A short seeded chaos run inside the suite (P10-P13, D5, D6, W4; `benchmarks.chaos`).
+"""A short seeded chaos run inside the suite (P10-P13, D5, D6, W4; `labs.chaos`, the run
+behind `python -m benchmarks.chaos`).
 
 Two real `teamdesk worker` processes, 120 tasks made by the services (exports with varied
 filters, some of a demoted agent; reminders with superseded revisions and closed tickets),
@@ -22,8 +23,7 @@ from pathlib import Path
 
 from sqlalchemy import select, text
 
-from benchmarks._procs import clear_prefix
-from benchmarks.chaos import (
+from labs.chaos import (
     KINDS,
     ChaosConfig,
     ExportSpec,
@@ -33,6 +33,7 @@ from benchmarks.chaos import (
     make_schedule,
     run_chaos,
 )
+from labs.procs import clear_prefix
 from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType
 
 ROOT = Path(__file__).resolve().parents[2]

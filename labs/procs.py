@@ -1,0 +1,206 @@
+"""Real `teamdesk worker` subprocesses, isolated worlds (a cloned database + a fresh queue
+prefix), bounded polling: shared by the benchmarks, the chaos run (`labs.chaos`) and its
+notebook.
+
+Nothing here is product logic: a worker process is started exactly as an operator would
+(`python -m teamdesk.cli worker --name …`, configured by `DATABASE_URL`, `REDIS_URL`,
+`TEAMDESK_QUEUE_PREFIX` and `TEAMDESK_*` timings in its environment), and observed from
+outside (its heartbeat key, the ledger, its log file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from labs.faults import flush_prefix
+from teamdesk.config import Settings
+from teamdesk.db.engine import create_engine, session_factory
+from teamdesk.db.templates import clone_database, drop_database
+from teamdesk.tasks.queue import redis_client
+from teamdesk.tasks.runner import heartbeat_key
+
+
+def worker_env(settings: Settings, timings: dict[str, str], *,
+               redis_url: str | None = None) -> dict[str, str]:
+    """The environment of a `teamdesk worker` for this world: its URLs, its prefix, and the
+    given `TEAMDESK_*` timings (Q2). Timing overrides inherited from our own environment
+    are dropped so that only the stated ones apply."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TEAMDESK_") or k == "TEAMDESK_DATA_DIR"}
+    env.update(timings)
+    env.update({"DATABASE_URL": settings.database_url or "",
+                "REDIS_URL": redis_url or settings.redis_url or "",
+                "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix})
+    return env
+
+
+class WorkerProc:
+    """One real `teamdesk worker` subprocess, its output in a log file."""
+
+    def __init__(self, settings: Settings, name: str, log_dir: Path, timings: dict[str, str],
+                 *, redis_url: str | None = None, log_level: str = "info",
+                 entry: list[str] | None = None) -> None:
+        self.settings = settings
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.timings = timings
+        self.redis_url = redis_url
+        self.log_level = log_level
+        #: How to start it after the interpreter: the product's command by default; a lab
+        #: counterexample (`labs.counterexample_worker`) for one run only.
+        self.entry = entry or ["-m", "teamdesk.cli"]
+        self.p: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        if self.alive:
+            raise RuntimeError(f"{self.name} is already running")
+        env = worker_env(self.settings, self.timings, redis_url=self.redis_url)
+        log = self.log_path.open("a")
+        log.write(f"=== start #{self.starts + 1} at {time.time():.3f}\n")
+        log.flush()
+        self.p = subprocess.Popen(
+            [sys.executable, *self.entry, "worker", "--name", self.name,
+             "--log-level", self.log_level],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        self.starts += 1
+
+    @property
+    def alive(self) -> bool:
+        return self.p is not None and self.p.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.p.pid if self.p is not None else None
+
+    def send(self, sig: signal.Signals) -> None:
+        if self.alive:
+            assert self.p is not None
+            self.p.send_signal(sig)
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """Bounded wait for the process to exit; its exit code, or None if still running."""
+        deadline = time.monotonic() + timeout
+        while self.p is not None and self.p.poll() is None:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.05)
+        return None if self.p is None else self.p.returncode
+
+    def kill(self) -> None:
+        if self.alive:
+            assert self.p is not None
+            self.p.kill()
+            self.p.wait(10)
+
+    async def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (drain), then SIGKILL if it has not exited within `timeout`."""
+        if not self.alive:
+            return None if self.p is None else self.p.returncode
+        self.send(signal.SIGTERM)
+        code = await self.wait_exit(timeout)
+        if code is None:
+            self.kill()
+            return None if self.p is None else self.p.returncode
+        return code
+
+    def output(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def current_output(self) -> str:
+        """The log of the current (latest) start only."""
+        return self.output().rsplit("=== start #", 1)[-1]
+
+    @property
+    def started_up(self) -> bool:
+        """Whether the current start got as far as `worker.started` (handlers installed,
+        worker built)."""
+        return "worker.started" in self.current_output()
+
+    def tail(self, lines: int = 25) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+
+async def wait_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str,
+                     *, interval: float = 0.05, on_timeout: Callable[[], str] | None = None,
+                     ) -> Any:
+    """Poll an external state until `cond()` is truthy; the bound only reports that it
+    never came (with `on_timeout()` appended, e.g. a worker's log tail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = ("\n" + on_timeout()) if on_timeout else ""
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}{extra}")
+        await asyncio.sleep(interval)
+
+
+async def wait_heartbeats(settings: Settings, procs: list[WorkerProc], timeout: float = 60.0,
+                          ) -> None:
+    """Wait until every process has written its heartbeat (worker built, tick started)."""
+    client = redis_client(settings)
+    try:
+        async def all_beating() -> bool:
+            for w in procs:
+                if not w.alive:
+                    raise RuntimeError(f"{w.name} exited with {w.p.returncode if w.p else '?'}"
+                                       f":\n{w.tail()}")
+            found = [await client.exists(heartbeat_key(settings, w.name)) for w in procs]
+            return all(found)
+
+        await wait_until(all_beating, timeout, "worker heartbeats",
+                         on_timeout=lambda: "\n".join(f"--- {w.name}\n{w.tail()}"
+                                                      for w in procs))
+    finally:
+        await client.aclose()
+
+
+async def clear_prefix(settings: Settings) -> int:
+    """Delete every key under the world's queue prefix (`labs.faults.flush_prefix`)."""
+    return await flush_prefix(settings)
+
+
+@dataclass
+class World:
+    """A cloned database and a fresh queue prefix; `close()` drops and deletes both."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+
+    @classmethod
+    def open(cls, base: Settings, label: str) -> World:
+        url = clone_database(base.database_url, prefix=f"teamdesk_{label}")
+        settings = base.replace(database_url=url,
+                                queue_prefix=f"{label}{uuid.uuid4().hex[:8]}")
+        engine = create_engine(url)
+        return cls(settings, engine, session_factory(engine))
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await clear_prefix(self.settings)
+        await self.engine.dispose()
+        await asyncio.to_thread(drop_database, self.settings.database_url)
+
+
+def stop_all(procs: list[WorkerProc]) -> None:
+    """Last-resort clean-up (finally blocks): SIGKILL whatever still runs."""
+    for w in procs:
+        with contextlib.suppress(Exception):
+            w.kill()
