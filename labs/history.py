@@ -500,7 +500,7 @@ class History:
                    label="commit: completion written (P5/P10)"),
             Line2D([], [], lw=6, alpha=0.3, color=colours["ok"], label="invoke … ok"),
             Line2D([], [], lw=6, alpha=0.3, color=colours["fail"], label="invoke … fail"),
-            Patch(fc="#bbbbbb", alpha=0.5, hatch="//", label="a gate holds the executor"),
+            Patch(fc="#bbbbbb", alpha=0.5, hatch="//", label="gate: an executor held (paused)"),
         ]
         if spans:
             handles.append(Patch(fc=palette[0], ec="black", alpha=0.8,
