@@ -239,7 +239,7 @@ def lab_hide_globs() -> list[str]:
     Extended, not replaced: setting the trait drops its defaults."""
     from jupyter_server.services.contents.manager import ContentsManager
 
-    defaults = ContentsManager.class_traits()["hide_globs"].default_value
+    defaults = list(ContentsManager.class_traits()["hide_globs"].default())
     return [*defaults, *(g for g in LAB_HIDDEN_FILES if g not in defaults)]
 
 
