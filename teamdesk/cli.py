@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from teamdesk import devservices
@@ -226,6 +226,39 @@ def _notebooks_dir() -> Path:
     return here if here.is_dir() else Path.cwd() / "notebooks"
 
 
+#: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
+#: off the "Would you like to receive official Jupyter news?" prompt and the update check
+#: (jupyterlab_server layers such files from every Jupyter config dir over the defaults).
+LAB_CONFIG_DIR = Path(__file__).resolve().parent / "jupyter"
+
+#: Files of the nbval harness that live in `notebooks/` but are not for learners.
+LAB_HIDDEN_FILES: tuple[str, ...] = ("conftest.py", "sanitize.cfg")
+
+
+def lab_hide_globs() -> list[str]:
+    """Jupyter's own hidden-file globs (`__pycache__`, `*.pyc`, …) plus the harness files.
+    Extended, not replaced: setting the trait drops its defaults."""
+    from jupyter_server.services.contents.manager import ContentsManager
+
+    defaults = list(ContentsManager.class_traits()["hide_globs"].default())
+    return [*defaults, *(g for g in LAB_HIDDEN_FILES if g not in defaults)]
+
+
+def lab_ui_args() -> list[str]:
+    """What a learner first sees: 00-start-here open, the harness files not listed."""
+    return ["--LabApp.default_url=/lab/tree/00-start-here.ipynb",
+            *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
+
+
+def use_lab_settings(environ: MutableMapping[str, str]) -> None:
+    """Put `LAB_CONFIG_DIR` first on `JUPYTER_CONFIG_PATH`, so JupyterLab (our child)
+    applies our settings overrides, and no news prompt appears. A path the user already
+    set is kept after ours; nothing is written outside the project."""
+    paths = [str(LAB_CONFIG_DIR), *filter(None, environ.get(
+        "JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from teamdesk.db.migrate import upgrade
 
@@ -237,8 +270,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
     port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     cmd = [jupyter, "lab", f"--ServerApp.root_dir={nb}", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-           "--LabApp.default_url=/lab/tree/00-start-here.ipynb"]
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args()]
+    use_lab_settings(os.environ)
     if args.no_browser or not os.environ.get("DISPLAY"):
         cmd.append("--no-browser")
     if os.geteuid() == 0:

@@ -1,0 +1,148 @@
+"""`teamdesk lab` as a learner meets it, checked without a browser: a real JupyterLab
+started by the real command on a free port (against the test's own database, so it starts
+no services), asked through its REST API, then stopped with Ctrl-C (SIGINT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from teamdesk.cli import LAB_HIDDEN_FILES, lab_hide_globs, use_lab_settings
+
+START_TIMEOUT_S = 120  # migrate + seed + JupyterLab start, on a shared 2-core machine
+STOP_TIMEOUT_S = 30
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _get(base: str, token: str, path: str, *, follow: bool = True) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(f"{base}{path}",
+                                     headers={"Authorization": f"token {token}"})
+    opener = urllib.request.build_opener(*([] if follow else [_NoRedirect()]))
+    try:
+        with opener.open(request, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def test_hide_globs_keep_jupyters_defaults():
+    """Hiding the harness files must not un-hide what Jupyter hides by default."""
+    globs = lab_hide_globs()
+    assert {"__pycache__", "*.pyc", *LAB_HIDDEN_FILES} <= set(globs)
+    assert len(globs) == len(set(globs))
+
+
+def test_lab_settings_path_goes_first_and_keeps_the_users():
+    """Our labconfig dir comes first on JUPYTER_CONFIG_PATH; one the user set stays, once."""
+    env = {"JUPYTER_CONFIG_PATH": "/etc/mine"}
+    use_lab_settings(env)
+    use_lab_settings(env)
+    first, *rest = env["JUPYTER_CONFIG_PATH"].split(os.pathsep)
+    assert rest == ["/etc/mine"]
+    overrides = json.loads((Path(first) / "labconfig" / "default_setting_overrides.json")
+                           .read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+
+
+@pytest.fixture
+def lab_server(settings, tmp_path):
+    """(base URL, token): `teamdesk lab --port <free> --no-browser` running; at teardown
+    SIGINT, then every process it started must be gone."""
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": settings.database_url,
+           "REDIS_URL": settings.redis_url, "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix,
+           # The test's own user settings and runtime files, not the developer's.
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "user-settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    env.pop("DISPLAY", None)
+    out = tmp_path / "lab.out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "teamdesk.cli", "lab", "--port",
+                                 str(port), "--no-browser"], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        token = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"teamdesk lab exited:\n{out.read_text()}"
+            if token is None and (m := re.search(r"[?&]token=([^\s&]+)", out.read_text())):
+                token = m.group(1)
+            if token is not None:
+                try:
+                    if _get(base, token, "/api/status")[0] == 200:
+                        break
+                except OSError:
+                    pass
+            time.sleep(0.25)
+        else:
+            pytest.fail(f"JupyterLab did not answer within {START_TIMEOUT_S} s:\n"
+                        f"{out.read_text()}")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "teamdesk lab started no JupyterLab process"
+        yield base, token
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in [*children, psutil.Process(proc.pid)]:
+                if p.is_running():
+                    p.kill()
+            raise
+        _, alive = psutil.wait_procs(children, timeout=STOP_TIMEOUT_S)
+        assert not alive, f"still running after Ctrl-C: {alive}"
+        assert code == 0, out.read_text()
+
+
+def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
+    """What a learner's browser gets from `teamdesk lab`: `/` leads to 00-start-here; the
+    file browser's listing of notebooks/ has the chapters but not the nbval harness; the
+    notification settings say never fetch news (so no "official Jupyter news?" prompt)
+    and never check for updates."""
+    base, token = lab_server
+
+    status, headers, _ = _get(base, token, "/", follow=False)
+    assert status in (301, 302), status
+    assert headers["Location"].split("?")[0].endswith("/lab/tree/00-start-here.ipynb")
+
+    status, _, body = _get(base, token, "/api/contents?content=1")
+    assert status == 200
+    names = {item["name"] for item in json.loads(body)["content"]}
+    assert {"00-start-here.ipynb", "26b-takeover-race.ipynb", "README.md"} <= names
+    assert not names & set(LAB_HIDDEN_FILES), names & set(LAB_HIDDEN_FILES)
+    assert all(Path(__file__).parents[2].joinpath("notebooks", n).exists()
+               for n in LAB_HIDDEN_FILES)  # still there for nbval, just not listed
+
+    status, _, body = _get(base, token,
+                           "/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    assert status == 200
+    props = json.loads(body)["schema"]["properties"]
+    assert props["fetchNews"]["default"] == "false"
+    assert props["checkForUpdates"]["default"] is False
