@@ -98,10 +98,15 @@ def test_services_up_pins_until_down(tmp_path):
                                 capture_output=True, text=True, timeout=60)
         assert status.returncode == 0 and "PostgreSQL 18" in status.stdout.replace(
             "(PostgreSQL) ", "PostgreSQL ")
+        # S2: `up` prints the URLs redacted; the password is in the data folder (S1).
+        redis_url = up.stdout.split()[3]
+        assert ":***@" in redis_url and ":***@" in db_url
+        password = (root / "redis_password").read_text().strip()
+        assert password not in up.stdout and password not in status.stdout
         assert "noeviction" in subprocess.run(
             [str(Path(sys.executable).parent / "python"), "-c",
              "import redis,sys; print(redis.Redis.from_url(sys.argv[1]).config_get("
-             "'maxmemory-policy'))", up.stdout.split()[3]],
+             "'maxmemory-policy'))", redis_url.replace("***", password)],
             capture_output=True, text=True, timeout=30).stdout
     finally:
         down = subprocess.run([*teamdesk, "services", "down"], env=_env(root),
