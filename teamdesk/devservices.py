@@ -289,6 +289,9 @@ def _start_postgres(root: Path, port: int) -> None:
         ensure_folder_permissions(bin_dir, 0o055)
         ensure_folder_permissions(bin_dir.parent / "lib", 0o044)
         shutil.chown(pgdata, _PG_USER_AS_ROOT, _PG_USER_AS_ROOT)
+    # Called only when no verified server runs: a pid file left here is stale (after a
+    # reboot its pid may be anyone's) and would make postgres refuse to start (S3).
+    (pgdata / "postmaster.pid").unlink(missing_ok=True)
     password = _secret(root, "pg_password")
     if not (pgdata / "PG_VERSION").exists():
         pgdata.mkdir(parents=True, exist_ok=True)
@@ -303,9 +306,6 @@ def _start_postgres(root: Path, port: int) -> None:
             _check([str(_pg_bin("initdb")), "-D", str(pgdata), "--auth=scram-sha-256",
                     f"--pwfile={pwfile}", "-U", "postgres", "--encoding=UTF8",
                     "--no-instructions"], "initdb")
-    # A stale pid file (after a reboot its pid may be anyone's) makes postgres refuse to
-    # start; it is not our server (S3), so it goes.
-    (pgdata / "postmaster.pid").unlink(missing_ok=True)
     opts = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200")
