@@ -444,12 +444,17 @@ def stop_redis(root: Path | None = None) -> None:
 
 # ---------------------------------------------------------------- public API
 
+def redis_url_for(root: Path, port: int) -> str:
+    """The URL, password included (S1), of the Redis `start_redis(root, port)` runs; for
+    a private server (the lab tests' own Redis). Show it only through `redact` (S2)."""
+    return f"redis://:{quote(_secret(root, 'redis_password'), safe='')}@127.0.0.1:{port}/0"
+
+
 def _urls(root: Path, state: dict) -> ServiceUrls:
     """The URLs with their credentials (S1); show them only through `redact` (S2)."""
-    redis_pw = quote(_secret(root, "redis_password"), safe="")
     return ServiceUrls(
         database_url=_pg_dsn(state["pg_port"], _secret(root, "pg_password")),
-        redis_url=f"redis://:{redis_pw}@127.0.0.1:{state['redis_port']}/0",
+        redis_url=redis_url_for(root, state["redis_port"]),
     )
 
 
