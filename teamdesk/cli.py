@@ -394,6 +394,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TeamDeskError, devservices.ServiceError, ValueError) as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2
+    except Exception as err:
+        if not _unreachable(err):
+            raise
+        # A server that is down or refuses our credentials: one line, redacted (S2).
+        first = redact_text(str(err)).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"teamdesk: cannot reach the database or Redis ({type(err).__name__}: {first})",
+              file=sys.stderr)
+        return 2
+
+
+def _unreachable(err: BaseException) -> bool:
+    """A connection-level failure of PostgreSQL or Redis (not a bug of ours)."""
+    import psycopg
+    import redis
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(err, OperationalError | psycopg.OperationalError | redis.ConnectionError)
 
 
 if __name__ == "__main__":

@@ -377,7 +377,7 @@ def _check(cmd: list[str], what: str, log: Path | None = None) -> None:
         if log is not None and log.exists():
             tail = log.read_text().splitlines()[-15:]
             detail += "\n--- server log (tail) ---\n" + "\n".join(tail)
-        raise ServiceError(f"{what} failed (exit {proc.returncode}): {detail}")
+        raise ServiceError(f"{what} failed (exit {proc.returncode}): {redact_text(detail)}")
 
 
 # ---------------------------------------------------------------- Redis
