@@ -217,8 +217,9 @@ def test_unsafe_data_folder_is_refused(tmp_path):
 def test_old_trust_auth_folder_is_upgraded_in_place(tmp_path):
     """S1: a data folder made by an older version (trust auth, no password files) must not
     leave a learner stuck: the next start sets a password and switches pg_hba to
-    scram-sha-256, keeping the data."""
+    scram-sha-256, keeping the data; a running Redis without a password gets one."""
     import psycopg
+    import redis
 
     root = tmp_path / "svc"
     assert _teamdesk(root, "services", "up").returncode == 0
@@ -238,6 +239,16 @@ def test_old_trust_auth_folder_is_upgraded_in_place(tmp_path):
             pass
         with pytest.raises(psycopg.OperationalError, match="password"):
             psycopg.connect(f"postgresql://postgres:old@127.0.0.1:{port}/teamdesk")
+        # A Redis an older version started (still running, no password) gets one live.
+        redis_port = json.loads((root / "services.json").read_text())["redis_port"]
+        old_pw = (root / "redis_password").read_text().strip()
+        redis.Redis(port=redis_port, password=old_pw).config_set("requirepass", "")
+        (root / "redis_password").unlink()
+        assert _teamdesk(root, "services", "up").returncode == 0
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=redis_port).ping()
+        new_pw = (root / "redis_password").read_text().strip()
+        assert redis.Redis(port=redis_port, password=new_pw).ping()
     finally:
         _teamdesk(root, "services", "down")
 
