@@ -92,6 +92,19 @@ class Settings:
         for f in dataclasses.fields(self):
             _check_field(f.name, getattr(self, f.name), f.type)
 
+    def __repr__(self) -> str:
+        """Like the dataclass repr, with the URLs' passwords masked: settings end up in
+        notebook outputs, logs and tracebacks (S2)."""
+        from teamdesk.redaction import redact
+
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("database_url", "redis_url") and value:
+                value = redact(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(parts)})"
+
     def replace(self, **changes: object) -> Settings:
         """A copy with some fields changed; how tests shorten timings (Q2)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -26,3 +26,12 @@ def test_redact_text_masks_urls_inside_free_text():
     text = "cannot reach redis://:pw1@h:1/0 nor postgresql://u:p%25w2@h:2/db (timeout)"
     assert redact_text(text) == (
         "cannot reach redis://:***@h:1/0 nor postgresql://u:***@h:2/db (timeout)")
+
+
+def test_settings_repr_masks_the_url_passwords():
+    """S2: settings are shown in notebook outputs, logs and tracebacks."""
+    from teamdesk.config import Settings
+
+    s = Settings(database_url="postgresql://u:pw1@h:1/db", redis_url="redis://:pw2@h:2/0")
+    assert "pw1" not in repr(s) and "pw2" not in repr(s) and "u:***@h:1/db" in repr(s)
+    assert s.database_url == "postgresql://u:pw1@h:1/db"  # only the display changes
