@@ -595,6 +595,8 @@ def _watch(root: Path) -> None:
     os.environ["TEAMDESK_DATA_DIR"] = str(root)
     while True:
         time.sleep(_WATCH_INTERVAL_S)
+        if not (root / "lock").exists():  # the folder was removed: nothing left to watch
+            return
         with _locked(root):
             pg, rd = _pg_pid(root), _redis_pid(root)
             if pg is not None or rd is not None:

@@ -4,10 +4,12 @@ validation, redaction (S2), the Jupyter token (S1) and the worker's signals (W4)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,13 +133,15 @@ def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, caps
     assert f"token={token}" in capsys.readouterr().out
 
 
-def test_sigterm_while_the_worker_is_starting_exits_0(settings, tmp_path):
+def test_sigterm_while_the_worker_is_starting_exits_0(settings):
     """W4: a SIGTERM that arrives while `teamdesk worker` is still starting (here: held at
     the embedded services' lock, before any connection) is a stop request — the process
     exits 0 without starting the worker — not death by the default signal action."""
     import fcntl
 
-    root = tmp_path / "svc"
+    # Outside pytest's tmp_path: as root the embedded PostgreSQL's account must traverse
+    # the parents, and a concurrent pytest start resets /tmp/pytest-of-<user> to 0700.
+    root = Path(tempfile.mkdtemp(prefix="teamdesk-test-")) / "svc"
     root.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(TEAMDESK_DATA_DIR=str(root), TEAMDESK_QUEUE_PREFIX=settings.queue_prefix)
@@ -158,6 +162,7 @@ def test_sigterm_while_the_worker_is_starting_exits_0(settings, tmp_path):
     finally:
         subprocess.run([sys.executable, "-m", "teamdesk.cli", "services", "down"], env=env,
                        capture_output=True, timeout=120)
+        shutil.rmtree(root.parent, ignore_errors=True)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "worker.started" not in err
     assert "stop requested while starting" in err

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import quote, urlparse
@@ -30,6 +31,16 @@ HOLDER = (
     "print(u.database_url, u.redis_url, flush=True)\n"
     "time.sleep(600)\n"  # held until the test kills it
 )
+
+
+@pytest.fixture
+def svc_root() -> Path:
+    """A data folder outside pytest's `tmp_path`: as root the embedded PostgreSQL runs as
+    another account that must traverse the parents, and any concurrent pytest start resets
+    `/tmp/pytest-of-<user>` to 0700 ("could not access directory … Permission denied")."""
+    parent = Path(tempfile.mkdtemp(prefix="teamdesk-test-"))
+    yield parent / "svc"
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -53,9 +64,9 @@ def _wait_until(cond, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def test_sigkilled_owner_leaves_no_orphan_servers(tmp_path):
+def test_sigkilled_owner_leaves_no_orphan_servers(svc_root):
     """Two processes share one pair of servers; SIGKILL both and the watchdog stops them."""
-    root = tmp_path / "svc"
+    root = svc_root
     a = subprocess.Popen([sys.executable, "-c", HOLDER], env=_env(root), stdout=subprocess.PIPE,
                          text=True)
     b = subprocess.Popen([sys.executable, "-c", HOLDER], env=_env(root), stdout=subprocess.PIPE,
@@ -85,9 +96,9 @@ def test_sigkilled_owner_leaves_no_orphan_servers(tmp_path):
     assert not (root / "pg" / "postmaster.pid").exists()
 
 
-def test_services_up_pins_until_down(tmp_path):
+def test_services_up_pins_until_down(svc_root):
     """`teamdesk services up` keeps the servers after it exits; `down` stops them."""
-    root = tmp_path / "svc"
+    root = svc_root
     teamdesk = [sys.executable, "-m", "teamdesk.cli"]
     up = subprocess.run([*teamdesk, "services", "up"], env=_env(root), capture_output=True,
                         text=True, timeout=120)
@@ -130,7 +141,7 @@ def _ps_lines() -> str:
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
-def test_embedded_services_require_credentials(tmp_path):
+def test_embedded_services_require_credentials(svc_root):
     """S1, S2: a fresh data folder gets a random PostgreSQL password (scram-sha-256 for
     every host line of pg_hba, no `trust`) and a Redis `requirepass`, each in a 0600 file;
     without them both servers refuse; neither password is on a command line (`ps`) or in
@@ -138,7 +149,7 @@ def test_embedded_services_require_credentials(tmp_path):
     import psycopg
     import redis
 
-    root = tmp_path / "svc"
+    root = svc_root
     up = _teamdesk(root, "services", "up")
     assert up.returncode == 0, up.stderr
     try:
@@ -164,14 +175,14 @@ def test_embedded_services_require_credentials(tmp_path):
         _teamdesk(root, "services", "down")
 
 
-def test_percent_encoded_password_works_end_to_end_and_is_never_printed(tmp_path):
+def test_percent_encoded_password_works_end_to_end_and_is_never_printed(svc_root):
     """S2: a role whose password holds `@` and `%` (percent-encoded in the URL as %40 and
     %25) migrates with `teamdesk db upgrade` — the `%` is not taken for ini interpolation —
     and a failure to connect prints the URL redacted, never the password."""
     import psycopg
     from psycopg import sql
 
-    root = tmp_path / "svc"
+    root = svc_root
     up = _teamdesk(root, "services", "up")
     assert up.returncode == 0, up.stderr
     try:
@@ -198,10 +209,10 @@ def test_percent_encoded_password_works_end_to_end_and_is_never_printed(tmp_path
         _teamdesk(root, "services", "down")
 
 
-def test_unsafe_data_folder_is_refused(tmp_path):
+def test_unsafe_data_folder_is_refused(svc_root):
     """S1: a data folder others can write to (they could swap the pid or password files),
     or one another user owns, is refused with one clear line and exit 2."""
-    root = tmp_path / "svc"
+    root = svc_root
     root.mkdir()
     root.chmod(0o777)
     out = _teamdesk(root, "services", "up")
@@ -214,14 +225,14 @@ def test_unsafe_data_folder_is_refused(tmp_path):
         assert out.returncode == 2 and "not by you" in out.stderr, out.stderr
 
 
-def test_old_trust_auth_folder_is_upgraded_in_place(tmp_path):
+def test_old_trust_auth_folder_is_upgraded_in_place(svc_root):
     """S1: a data folder made by an older version (trust auth, no password files) must not
     leave a learner stuck: the next start sets a password and switches pg_hba to
     scram-sha-256, keeping the data; a running Redis without a password gets one."""
     import psycopg
     import redis
 
-    root = tmp_path / "svc"
+    root = svc_root
     assert _teamdesk(root, "services", "up").returncode == 0
     assert _teamdesk(root, "services", "down").returncode == 0
     # What an older version left behind: trust everywhere, no password files.
@@ -253,11 +264,11 @@ def test_old_trust_auth_folder_is_upgraded_in_place(tmp_path):
         _teamdesk(root, "services", "down")
 
 
-def test_stale_pid_files_are_not_trusted_nor_signalled(tmp_path):
+def test_stale_pid_files_are_not_trusted_nor_signalled(tmp_path, svc_root):
     """S3: after a reboot the pids in postmaster.pid / redis.pid may belong to unrelated
     processes — here `sleep`s, even ones named like the servers. `status` does not report
     them as the servers, `down` does not signal them, and `up` starts the real servers."""
-    root = tmp_path / "svc"
+    root = svc_root
     (root / "pg").mkdir(parents=True)
     (root / "redis").mkdir()
     fakes = []
