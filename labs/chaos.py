@@ -88,6 +88,7 @@ from labs.procs import WorkerProc, stop_all, wait_heartbeats
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Role, Scope, TaskStatus, TaskType, Ticket
+from teamdesk.redaction import redact
 from teamdesk.seed import EPOCH, seed_demo
 from teamdesk.services import exports as export_services
 from teamdesk.services import teams as team_services
@@ -396,14 +397,14 @@ def redis_restart_guard(settings: Settings) -> tuple[Path, int]:
     if os.environ.get("REDIS_URL"):
         raise ChaosRefused(
             f"Redis restarts need the embedded Redis of teamdesk.devservices, but REDIS_URL "
-            f"is set ({os.environ['REDIS_URL']}): refusing to stop a server that is not "
+            f"is set ({redact(os.environ['REDIS_URL'])}): refusing to stop a server that is not "
             "ours. Leave it alone with --kinds sigkill,sigterm,cut, or unset REDIS_URL.")
     root = devservices.data_dir()
     state_file = root / "services.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     port = urlsplit(settings.redis_url or "").port
     if not state.get("redis_port") or port != state["redis_port"]:
-        raise ChaosRefused(f"{settings.redis_url} is not the embedded Redis of {root}; "
+        raise ChaosRefused(f"{redact(settings.redis_url)} is not the embedded Redis of {root}; "
                            "refusing to restart it (use --kinds sigkill,sigterm,cut)")
     return root, port
 

@@ -36,6 +36,7 @@ import psutil
 from labs.gates import Fault
 from teamdesk import devservices
 from teamdesk.config import Settings
+from teamdesk.redaction import redact
 from teamdesk.tasks.queue import redis_client
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -101,8 +102,8 @@ def _embedded_port(folder: Path) -> int | None:
 def _owned(settings: Settings, root: str | Path | None) -> tuple[Path, int, bool]:
     """(data folder, port, running) of the embedded Redis at `settings.redis_url`, or
     `NotOurRedis` explaining why it is not ours."""
-    url = settings.redis_url or ""
-    host, port = _host_port(url)
+    host, port = _host_port(settings.redis_url or "")
+    url = redact(settings.redis_url)  # only ever shown (S2)
     folder = Path(root or devservices.data_dir()).resolve()
     hint = ("labs.faults only stops the Redis that `teamdesk.devservices` started for this "
             f"project ({folder}); stop yours yourself (e.g. `docker compose stop redis`), or "

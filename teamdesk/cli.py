@@ -28,6 +28,7 @@ from pathlib import Path
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.errors import TeamDeskError
+from teamdesk.redaction import redact, redact_text
 
 
 def _settings(owner: bool = True) -> Settings:
@@ -44,16 +45,18 @@ def cmd_services(args: argparse.Namespace) -> int:
             print("DATABASE_URL and REDIS_URL are set: using those servers, starting nothing.")
             return 0
         urls = devservices.ensure_services(keep=True)
-        print(f"PostgreSQL  {urls.database_url}")
-        print(f"Redis       {urls.redis_url}")
-        print(f"data folder {devservices.data_dir()}")
+        root = devservices.data_dir()
+        # S2: never print a password; it is in the data folder, readable by you alone (S1).
+        print(f"PostgreSQL  {redact(urls.database_url)}")
+        print(f"Redis       {redact(urls.redis_url)}")
+        print(f"data folder {root}  (passwords: pg_password, redis_password)")
         print("They keep running until `teamdesk services down`.")
         return 0
     if args.action == "down":
         was = devservices.stop_services()
         print("stopped PostgreSQL and Redis" if was else "nothing was running")
         return 0
-    info = devservices.status()
+    info = devservices.status()  # URLs come back redacted (S2)
     running = info["postgres_pid"] and info["redis_pid"]
     print(f"data folder  {info['data_dir']}")
     print(f"PostgreSQL   {info['postgres_version']}  "
@@ -189,20 +192,43 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from teamdesk.tasks.runner import run_worker_process
 
+    # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
+    # is a request to stop, not a reason to die by the default action: remember it, and
+    # the worker drains (nothing to drain yet) and exits 0.
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: early.append(signum))
+
+    async def run(settings: Settings) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if early:  # checked after the loop's handlers are in: no signal falls between
+            stop.set()
+        return await run_worker_process(settings, name=args.name, stop=stop)
+
     _configure_logging(args.log_level)
-    settings = _settings()
-    changes: dict[str, object] = {}
-    if args.concurrency:
-        changes["worker_concurrency"] = args.concurrency
-    if args.drain_timeout is not None:
-        changes["drain_timeout_s"] = args.drain_timeout
-    settings = settings.replace(**changes)
+    settings = None
     try:
-        return asyncio.run(run_worker_process(settings, name=args.name))
+        settings = _settings()
+        changes: dict[str, object] = {}
+        if args.concurrency is not None:
+            changes["worker_concurrency"] = args.concurrency
+        if args.drain_timeout is not None:
+            changes["drain_timeout_s"] = args.drain_timeout
+        settings = settings.replace(**changes)
+        if early:
+            print("teamdesk: stop requested while starting; the worker did not start",
+                  file=sys.stderr)
+            return 0
+        return asyncio.run(run(settings))
     except (RedisError, OSError) as err:
-        # A supervisor restarts us; the operator gets one line, not a traceback.
-        print(f"teamdesk: cannot start the worker, Redis at {settings.redis_url} is not "
-              f"reachable ({type(err).__name__}: {err})", file=sys.stderr)
+        # A supervisor restarts us; the operator gets one line, not a traceback (S2:
+        # the URL and the driver's text are redacted).
+        where = redact(settings.redis_url) if settings else "(not resolved)"
+        print(f"teamdesk: cannot start the worker, Redis at {where} is not "
+              f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
         return 2
     finally:
         devservices.release_owner()
@@ -276,8 +302,9 @@ def cmd_lab(args: argparse.Namespace) -> int:
         cmd.append("--no-browser")
     if os.geteuid() == 0:
         cmd.append("--allow-root")
+    # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
+    # shows to every local account.
     token = secrets.token_hex(16)
-    cmd.append(f"--IdentityProvider.token={token}")
     print(f"notebooks in {nb}")
     print(f"open http://127.0.0.1:{port}/lab/tree/00-start-here.ipynb?token={token}")
     print("Ctrl-C stops JupyterLab and releases the services")
@@ -289,7 +316,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
     # Own session: Ctrl-C reaches only us, and we stop Jupyter without its y/n prompt.
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    proc = subprocess.Popen(cmd, start_new_session=True,
+                            env={**os.environ, "JUPYTER_TOKEN": token})
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -329,6 +357,45 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- main
 
+def _number(kind: type, low: float, what: str, high: float | None = None):
+    """An argparse `type=`: a bad value is a one-line usage error and exit 2, at parse time,
+    before any service starts or anything is written."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value != value or value in (float("inf"), float("-inf")) or value < low or (
+                high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+_POSITIVE_INT = _number(int, 1, "a whole number of at least 1")
+_COUNT = _number(int, 0, "a whole number of 0 or more")
+_SECONDS = _number(float, 0, "a number of seconds, 0 or more")
+_PORT = _number(int, 1, "a port number (1-65535)", 65535)
+
+
+def _name(text: str) -> str:
+    if not text or any(c.isspace() or c == ":" for c in text) or len(text) > 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a name (no spaces or ':', 1-100 "
+                                         "characters)")
+    return text
+
+
+def _team_id(text: str) -> str:
+    from teamdesk.services.teams import _ID
+
+    if not _ID.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a team id (1-40 characters of "
+                                         "a-z, 0-9, '_', '.', '-')")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="teamdesk", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -342,20 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_db)
 
     sd = sub.add_parser("seed", help="deterministic demo data")
-    sd.add_argument("--team", default="acme")
-    sd.add_argument("--tickets", type=int, default=300)
+    sd.add_argument("--team", type=_team_id, default="acme")
+    sd.add_argument("--tickets", type=_COUNT, default=300)
     sd.add_argument("--seed", type=int, default=23)
     sd.set_defaults(func=cmd_seed)
 
     lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
-    lab.add_argument("--port", type=int, help="default $TEAMDESK_LAB_PORT or 8888")
+    lab.add_argument("--port", type=_PORT, help="default $TEAMDESK_LAB_PORT or 8888")
     lab.add_argument("--no-browser", action="store_true")
     lab.set_defaults(func=cmd_lab)
 
     w = sub.add_parser("worker", help="run a worker process (task worker + dispatch tick)")
-    w.add_argument("--name", help="worker name (default host-pid); names the heartbeat key")
-    w.add_argument("--concurrency", type=int, help="jobs at once (default 1)")
-    w.add_argument("--drain-timeout", type=float,
+    w.add_argument("--name", type=_name,
+                   help="worker name (default host-pid); names the heartbeat key")
+    w.add_argument("--concurrency", type=_POSITIVE_INT, help="jobs at once (default 1)")
+    w.add_argument("--drain-timeout", type=_SECONDS,
                    help="seconds a running job gets after SIGTERM (default 30)")
     w.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     w.set_defaults(func=cmd_worker)
@@ -367,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demo)
 
     t = sub.add_parser("tasks", help="the task ledger as a table")
-    t.add_argument("--limit", type=int, default=20)
+    t.add_argument("--limit", type=_POSITIVE_INT, default=20)
     t.set_defaults(func=cmd_tasks)
 
     r = sub.add_parser("rules", help="the contract's rules: where each lives, proven, shown")
@@ -378,12 +446,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "pause", False) and not sys.stdin.isatty():
+        # It waits for Enter between steps: without a terminal that is an EOFError later.
+        parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
     try:
         return args.func(args)
     except (TeamDeskError, devservices.ServiceError, ValueError) as err:
-        print(f"teamdesk: {err}", file=sys.stderr)
+        print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2
+    except Exception as err:
+        if not _unreachable(err):
+            raise
+        # A server that is down or refuses our credentials: one line, redacted (S2).
+        first = redact_text(str(err)).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"teamdesk: cannot reach the database or Redis ({type(err).__name__}: {first})",
+              file=sys.stderr)
+        return 2
+
+
+def _unreachable(err: BaseException) -> bool:
+    """A connection-level failure of PostgreSQL or Redis (not a bug of ours)."""
+    import psycopg
+    import redis
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(err, OperationalError | psycopg.OperationalError | redis.ConnectionError)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,37 @@ Every timing the book names lives here, with the book's production value as the 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import os
 from dataclasses import dataclass
 
 _ENV_PREFIX = "TEAMDESK_"
+#: `TEAMDESK_*` variables the project uses that are not settings (devservices, the lab
+#: command, probe holds): never reported as unknown.
+NON_SETTING_VARS = frozenset({"TEAMDESK_DATA_DIR", "TEAMDESK_LAB_PORT", "TEAMDESK_PROBE_HOLD"})
+
+log = logging.getLogger("teamdesk.config")
+_warned: set[str] = set()
+
+#: Lower bounds per field, checked at construction (also by `replace`). Sizes, intervals
+#: and timeouts must be positive: a batch of 0 exports an empty CSV or dispatches nothing,
+#: a tick of 0 busy-loops, a Redis timeout of 0 fails every call. Zero is meaningful for a
+#: few: `lock_renew_ms` 0 = never renew, `max_stalled_count` 0 = the first stall fails the
+#: job, `backoff_delay_ms` 0 = retry at once, `redispatch_age_s` 0 = re-check every waiting
+#: row each tick (D5: duplicates are harmless), `drain_timeout_s` 0 = abandon at once (W4).
+_POSITIVE = "positive"
+_NON_NEGATIVE = "non-negative"
+_BOUNDS: dict[str, str] = {
+    "lock_duration_ms": _POSITIVE, "lock_renew_ms": _NON_NEGATIVE,
+    "stalled_interval_ms": _POSITIVE, "max_stalled_count": _NON_NEGATIVE,
+    "backoff_delay_ms": _NON_NEGATIVE, "worker_concurrency": _POSITIVE,
+    "fetch_retry_delay_ms": _POSITIVE, "dispatch_tick_s": _POSITIVE,
+    "dispatch_batch_size": _POSITIVE, "redispatch_age_s": _NON_NEGATIVE,
+    "stale_running_age_s": _POSITIVE, "redis_timeout_s": _POSITIVE,
+    "result_ttl_s": _POSITIVE, "export_limit": _POSITIVE, "export_batch_size": _POSITIVE,
+    "heartbeat_ttl_s": _POSITIVE, "drain_timeout_s": _NON_NEGATIVE,
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +86,25 @@ class Settings:
     heartbeat_ttl_s: float = 15.0
     drain_timeout_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        """Refuse out-of-range values here, so `from_env`, `Settings(...)` and `replace`
+        all fail at once with the variable's name rather than run with a broken timing."""
+        for f in dataclasses.fields(self):
+            _check_field(f.name, getattr(self, f.name), f.type)
+
+    def __repr__(self) -> str:
+        """Like the dataclass repr, with the URLs' passwords masked: settings end up in
+        notebook outputs, logs and tracebacks (S2)."""
+        from teamdesk.redaction import redact
+
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("database_url", "redis_url") and value:
+                value = redact(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(parts)})"
+
     def replace(self, **changes: object) -> Settings:
         """A copy with some fields changed; how tests shorten timings (Q2)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -71,6 +117,7 @@ class Settings:
         system with a silently wrong timing.
         """
         env = os.environ if environ is None else environ
+        _warn_unknown(env)
         values: dict[str, object] = {
             "database_url": env.get("DATABASE_URL") or None,
             "redis_url": env.get("REDIS_URL") or None,
@@ -95,3 +142,44 @@ def _parse(name: str, raw: str, type_: object) -> object:
     except ValueError:
         raise ValueError(f"{_ENV_PREFIX}{name.upper()}={raw!r} is not a number") from None
     return raw
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field` (`export_limit` → `TEAMDESK_EXPORT_LIMIT`)."""
+    return {"database_url": "DATABASE_URL", "redis_url": "REDIS_URL"}.get(
+        field, _ENV_PREFIX + field.upper())
+
+
+def _check_field(name: str, value: object, type_: object) -> None:
+    var = env_name(name)
+    if name in ("database_url", "redis_url"):
+        if value is not None and not (isinstance(value, str) and value):
+            raise ValueError(f"{var} must be a URL string")
+        return
+    if name in ("queue_name", "queue_prefix"):
+        if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(f"{var}={value!r} must be a non-empty name without spaces")
+        return
+    bound = _BOUNDS.get(name)
+    if bound is None or (name == "lock_renew_ms" and value is None):
+        return
+    integral = "float" not in str(type_)
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            integral and not isinstance(value, int)):
+        kind = "an integer" if integral else "a number"
+        raise ValueError(f"{var}={value!r} must be {kind}")
+    if not math.isfinite(value):
+        raise ValueError(f"{var}={value!r} must be a finite number")
+    if bound == _POSITIVE and value <= 0:
+        raise ValueError(f"{var}={value!r} must be greater than 0")
+    if bound == _NON_NEGATIVE and value < 0:
+        raise ValueError(f"{var}={value!r} must be 0 or more")
+
+
+def _warn_unknown(env: object) -> None:
+    """One line per unknown `TEAMDESK_*` variable (a typo silently keeps the default)."""
+    known = {env_name(f.name) for f in dataclasses.fields(Settings)} | NON_SETTING_VARS
+    for key in sorted(k for k in env if k.startswith(_ENV_PREFIX)):  # type: ignore[attr-defined]
+        if key not in known and key not in _warned:
+            _warned.add(key)
+            log.warning("unknown setting %s ignored (settings: see teamdesk/config.py)", key)

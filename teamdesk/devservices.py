@@ -12,6 +12,16 @@ run leaves no orphan servers. `teamdesk services up` instead pins them ("keep") 
 `teamdesk services down`. We drive `initdb`/`pg_ctl` from the wheel directly rather than
 through its `PostgresServer` handle class, whose pid list (`pgdata/.handle_pids.json`)
 goes stale when a holder is killed; our owner list is pruned of dead pids on every use.
+
+Credentials (contract S1–S3). Both servers listen on 127.0.0.1 and require a password:
+PostgreSQL's `postgres` role has a random password (scram-sha-256 in `pg_hba.conf`),
+Redis a random `requirepass`, each generated once and kept in a 0600 file of the data
+folder (`pg_password`, `redis_password`); Redis reads it from a 0600 config file, never
+from its command line. The resolved URLs carry them; every message shows them redacted.
+A data folder from an older version (trust auth, no password) is upgraded in place on the
+next start. A data folder that others could write to, or that another user owns, is
+refused. A pid read from a pid file is trusted only when that process is the server of
+this data folder; an unverified pid is never signalled.
 """
 
 from __future__ import annotations
@@ -20,20 +30,25 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 
 from teamdesk.config import Settings
+from teamdesk.redaction import redact, redact_text
 
 DB_NAME = "teamdesk"
 _PG_USER_AS_ROOT = "embedded_postgres"
@@ -89,9 +104,28 @@ def _redis_bin(name: str = "redis-server") -> Path:
 
 # ---------------------------------------------------------------- bookkeeping
 
+def check_data_dir(root: Path) -> None:
+    """Refuse a data folder another account could tamper with (S1): it holds the password
+    files and the pid files we act on. Group/world-writable or foreign-owned → ServiceError."""
+    try:
+        st = root.stat()
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        raise ServiceError(
+            f"data folder {root} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
+            "use a folder of your own (TEAMDESK_DATA_DIR) or fix its owner")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ServiceError(
+            f"data folder {root} is writable by group or others "
+            f"(mode {stat.filemode(st.st_mode)}); run `chmod go-w {root}` or use another "
+            "folder (TEAMDESK_DATA_DIR)")
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
+    check_data_dir(root)
     with open(root / "lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -142,15 +176,24 @@ def live_owners(root: Path | None = None) -> list[int]:
     return sorted(pids)
 
 
+#: Owners this process registered, with their data folder: only those are released. With
+#: DATABASE_URL/REDIS_URL set nothing is registered, and releasing must not create (or
+#: fail to create, in a read-only folder) a `.teamdesk/` folder on the way out (W4).
+_registered: dict[int, Path] = {}
+
+
 def _register_owner(root: Path, pid: int) -> None:
     created = psutil.Process(pid).create_time()
     (_owners_dir(root) / str(pid)).write_text(repr(created))
+    _registered[pid] = root
 
 
 def release_owner(pid: int | None = None) -> None:
-    """Drop `pid` (default: this process) from the owners; the watchdog does the rest."""
-    root = data_dir()
-    (_owners_dir(root) / str(pid or os.getpid())).unlink(missing_ok=True)
+    """Drop `pid` (default: this process) from the owners, if this process registered it;
+    the watchdog does the rest. Nothing registered → nothing touched."""
+    root = _registered.pop(pid or os.getpid(), None)
+    if root is not None:
+        (root / "owners" / str(pid or os.getpid())).unlink(missing_ok=True)
 
 
 def _free_port() -> int:
@@ -165,6 +208,29 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write a file readable by its owner alone (0600 from the start, no window)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _secret(root: Path, name: str) -> str:
+    """The password kept in `<root>/<name>` (0600), generated once (S1)."""
+    path = root / name
+    if path.exists():
+        os.chmod(path, 0o600)
+        value = path.read_text().strip()
+        if value:
+            return value
+    value = secrets.token_urlsafe(24)
+    _write_private(path, value + "\n")
+    return value
+
+
 # ---------------------------------------------------------------- PostgreSQL
 
 def _pg_run_kwargs() -> dict:
@@ -174,15 +240,35 @@ def _pg_run_kwargs() -> dict:
     return {}
 
 
+def _is_server(pid: int, binary: str, folder: Path) -> bool:
+    """S3: is `pid` the `binary` server of `folder`? Its name or executable must be that
+    binary and its working folder (both servers chdir into their data folder) or command
+    line must name `folder`. After a reboot a pid file's pid may belong to anything."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        names = {proc.name(), Path(proc.exe() or "").name}
+        if not any(n == binary or n.startswith(binary) for n in names if n):
+            return False
+        with contextlib.suppress(psutil.AccessDenied, FileNotFoundError, OSError):
+            if Path(proc.cwd()).resolve() == folder.resolve():
+                return True
+        return str(folder.resolve()) in " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return False
+
+
 def _pg_pid(root: Path) -> int | None:
+    """The running PostgreSQL of this data folder, verified (S3), else None."""
     pidfile = root / "pg" / "postmaster.pid"
     if not pidfile.exists():
         return None
     try:
         pid = int(pidfile.read_text().splitlines()[0])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, OSError):
         return None
-    return pid if psutil.pid_exists(pid) else None
+    return pid if _is_server(pid, "postgres", root / "pg") else None
 
 
 def _start_postgres(root: Path, port: int) -> None:
@@ -203,24 +289,72 @@ def _start_postgres(root: Path, port: int) -> None:
         ensure_folder_permissions(bin_dir, 0o055)
         ensure_folder_permissions(bin_dir.parent / "lib", 0o044)
         shutil.chown(pgdata, _PG_USER_AS_ROOT, _PG_USER_AS_ROOT)
+    # Called only when no verified server runs: a pid file left here is stale (after a
+    # reboot its pid may be anyone's) and would make postgres refuse to start (S3).
+    (pgdata / "postmaster.pid").unlink(missing_ok=True)
+    password = _secret(root, "pg_password")
     if not (pgdata / "PG_VERSION").exists():
         pgdata.mkdir(parents=True, exist_ok=True)
-        _check([str(_pg_bin("initdb")), "-D", str(pgdata), "--auth=trust", "-U", "postgres",
-                "--encoding=UTF8", "--no-instructions"], "initdb")
+        # S1: scram-sha-256 from the first start; initdb reads the password from a file
+        # (never argv) that the server's account can read, removed right after.
+        with tempfile.TemporaryDirectory() as tmp:
+            pwfile = Path(tmp) / "pw"
+            _write_private(pwfile, password + "\n")
+            if os.geteuid() == 0:
+                os.chmod(tmp, 0o711)
+                shutil.chown(pwfile, _PG_USER_AS_ROOT, _PG_USER_AS_ROOT)
+            _check([str(_pg_bin("initdb")), "-D", str(pgdata), "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}", "-U", "postgres", "--encoding=UTF8",
+                    "--no-instructions"], "initdb")
     opts = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200")
     _check([str(_pg_bin("pg_ctl")), "-D", str(pgdata), "-w", "-t", "60", "-l",
             str(pgdata / "server.log"), "-o", opts, "start"], "pg_ctl start",
            log=pgdata / "server.log")
+    _secure_postgres(root, port)
     # The database the product uses; tests clone their own from a template.
-    exists = subprocess.run(
-        [str(_pg_bin("psql")), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d",
-         "postgres", "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
-        capture_output=True, text=True, check=False).stdout.strip()
-    if exists != "1":
-        _check([str(_pg_bin("createdb")), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                DB_NAME], "createdb")
+    import psycopg
+
+    with psycopg.connect(_pg_dsn(port, password, "postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                        (DB_NAME,)).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def _pg_dsn(port: int, password: str, dbname: str = DB_NAME) -> str:
+    return f"postgresql://postgres:{quote(password, safe='')}@127.0.0.1:{port}/{dbname}"
+
+
+def _secure_postgres(root: Path, port: int) -> None:
+    """Upgrade a data folder of an older version (S1): it was initialised with trust auth.
+    Over that still-trusting local connection, give `postgres` the folder's password, then
+    switch every `trust` line of pg_hba.conf to scram-sha-256 and reload. Idempotent: a
+    folder with no `trust` line left is not touched."""
+    hba = root / "pg" / "pg_hba.conf"
+    if not hba.exists():
+        return
+    lines = hba.read_text().splitlines()
+    if not any(ln.split()[-1:] == ["trust"] for ln in lines if not ln.lstrip().startswith("#")):
+        return
+    import psycopg
+    from psycopg import sql
+
+    password = _secret(root, "pg_password")
+    try:
+        with psycopg.connect(_pg_dsn(port, password, "postgres"), autocommit=True) as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(
+                sql.Literal(password)))
+            new = [ln if ln.lstrip().startswith("#") or ln.split()[-1:] != ["trust"]
+                   else ln[: ln.rstrip().rfind("trust")] + "scram-sha-256" for ln in lines]
+            hba.write_text("\n".join(new) + "\n")  # in place: keeps the server's ownership
+            conn.execute("SELECT pg_reload_conf()")
+    except psycopg.Error as err:
+        raise ServiceError(
+            f"could not set a password on the embedded PostgreSQL of {root} "
+            f"({redact_text(str(err)).strip()}); stop it with `teamdesk services down` and "
+            f"remove {root} to start afresh (its data is only demo data)") from None
 
 
 def _stop_postgres(root: Path) -> None:
@@ -243,7 +377,7 @@ def _check(cmd: list[str], what: str, log: Path | None = None) -> None:
         if log is not None and log.exists():
             tail = log.read_text().splitlines()[-15:]
             detail += "\n--- server log (tail) ---\n" + "\n".join(tail)
-        raise ServiceError(f"{what} failed (exit {proc.returncode}): {detail}")
+        raise ServiceError(f"{what} failed (exit {proc.returncode}): {redact_text(detail)}")
 
 
 # ---------------------------------------------------------------- Redis
@@ -254,15 +388,11 @@ def _redis_pid(root: Path) -> int | None:
         return None
     try:
         pid = int(pidfile.read_text().strip())
-    except ValueError:
+    except (ValueError, OSError):
         return None
-    try:
-        proc = psutil.Process(pid)
-        if "redis" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE:
-            return pid
-    except psutil.NoSuchProcess:
-        pass
-    return None
+    # A name containing "redis" is not enough: any redis-server (another project's) or a
+    # process that reused the pid after a reboot would pass (S3).
+    return pid if _is_server(pid, "redis-server", root / "redis") else None
 
 
 def start_redis(root: Path | None = None, port: int | None = None) -> None:
@@ -274,13 +404,18 @@ def start_redis(root: Path | None = None, port: int | None = None) -> None:
         return
     rdir = root / "redis"
     rdir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(_redis_bin()), "--bind", "127.0.0.1", "--port", str(port), "--daemonize", "yes",
+    # S1: requirepass from a 0600 config file, so `ps` never shows the password.
+    conf = rdir / "redis.conf"
+    _write_private(conf, f"requirepass {_secret(root, 'redis_password')}\n")
+    (rdir / "redis.pid").unlink(missing_ok=True)  # not ours (checked above): stale
+    cmd = [str(_redis_bin()), str(conf), "--bind", "127.0.0.1", "--port", str(port),
+           "--daemonize", "yes",
            "--pidfile", str(rdir / "redis.pid"), "--dir", str(rdir), "--logfile",
            str(rdir / "redis.log"), "--save", "", "--appendonly", "no",
            "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise ServiceError(f"redis-server failed to start: {proc.stderr.strip()}")
+        raise ServiceError(f"redis-server failed to start: {redact_text(proc.stderr.strip())}")
     deadline = time.monotonic() + 10
     while not _port_open(port):
         if time.monotonic() > deadline:
@@ -309,11 +444,35 @@ def stop_redis(root: Path | None = None) -> None:
 
 # ---------------------------------------------------------------- public API
 
-def _urls(state: dict) -> ServiceUrls:
+def redis_url_for(root: Path, port: int) -> str:
+    """The URL, password included (S1), of the Redis `start_redis(root, port)` runs; for
+    a private server (the lab tests' own Redis). Show it only through `redact` (S2)."""
+    return f"redis://:{quote(_secret(root, 'redis_password'), safe='')}@127.0.0.1:{port}/0"
+
+
+def _urls(root: Path, state: dict) -> ServiceUrls:
+    """The URLs with their credentials (S1); show them only through `redact` (S2)."""
     return ServiceUrls(
-        database_url=f"postgresql://postgres@127.0.0.1:{state['pg_port']}/{DB_NAME}",
-        redis_url=f"redis://127.0.0.1:{state['redis_port']}/0",
+        database_url=_pg_dsn(state["pg_port"], _secret(root, "pg_password")),
+        redis_url=redis_url_for(root, state["redis_port"]),
     )
+
+
+def _secure_redis(root: Path, port: int) -> None:
+    """A Redis started by an older version runs without a password: set it live (S1)."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        return  # already asks for a password
+    except redis.RedisError as err:
+        raise ServiceError(f"the embedded Redis on port {port} did not answer ({err})") from None
+    else:
+        client.config_set("requirepass", _secret(root, "redis_password"))
+    finally:
+        client.close()
 
 
 def ensure_services(owner_pid: int | None = None, keep: bool = False) -> ServiceUrls:
@@ -325,7 +484,9 @@ def ensure_services(owner_pid: int | None = None, keep: bool = False) -> Service
     root = data_dir()
     with _locked(root):
         state = _state(root)
+        started_pg = False
         if _pg_pid(root) is None:
+            started_pg = True
             if not state.get("pg_port") or _port_open(state["pg_port"]):
                 state["pg_port"] = _free_port()
             _save_state(root, state)
@@ -335,12 +496,16 @@ def ensure_services(owner_pid: int | None = None, keep: bool = False) -> Service
                 state["redis_port"] = _free_port()
             _save_state(root, state)
             start_redis(root, state["redis_port"])
+        else:
+            _secure_redis(root, state["redis_port"])
+        if not started_pg:
+            _secure_postgres(root, state["pg_port"])
         if keep:
             (root / "keep").write_text("pinned by `teamdesk services up`\n")
         else:
             _register_owner(root, owner_pid or os.getpid())
         _ensure_watchdog(root)
-        return _urls(state)
+        return _urls(root, state)
 
 
 def stop_services() -> bool:
@@ -361,6 +526,7 @@ def stop_services() -> bool:
 def status() -> dict:
     """What is running where: versions, URLs, pids, owners and the data folder."""
     root = data_dir()
+    check_data_dir(root)
     state = _state(root) if root.exists() else {}
     info: dict = {
         "data_dir": str(root),
@@ -369,9 +535,11 @@ def status() -> dict:
         "owners": live_owners(root) if root.exists() else [],
         "pinned": (root / "keep").exists(),
     }
-    if state.get("pg_port"):
-        urls = _urls(state)
-        info["database_url"], info["redis_url"] = urls.database_url, urls.redis_url
+    if state.get("pg_port") and state.get("redis_port"):
+        # Redacted (S2), built without reading the password files; the ports stay readable
+        # (labs.faults finds the embedded Redis by its port).
+        info["database_url"] = redact(_pg_dsn(state["pg_port"], "x"))
+        info["redis_url"] = redact(f"redis://:x@127.0.0.1:{state['redis_port']}/0")
     info["postgres_version"] = _version([str(_pg_bin("postgres")), "--version"])
     info["redis_version"] = _version([str(_redis_bin()), "--version"])
     return info
@@ -428,6 +596,8 @@ def _watch(root: Path) -> None:
     rounds = 0
     while True:
         time.sleep(_WATCH_INTERVAL_S)
+        if not (root / "lock").exists():  # the folder was removed: nothing left to watch
+            return
         with _locked(root):
             # "<pid> <rounds>", written as each round starts: lets a test wait for whole
             # rounds instead of sleeping through them.

@@ -16,6 +16,11 @@ class PermissionDenied(TeamDeskError):
     """The caller is not a member, or their role/scope does not allow the action."""
 
 
+class OwnerAccessLost(PermissionDenied):
+    """A team-wide export's owner (its creator) is no longer staff of the team — demoted
+    or gone — so a retry would only be rejected again by the executor (R1, R4)."""
+
+
 class InvalidFilters(TeamDeskError):
     """Export filters of the wrong type, unknown keys, an inverted date range, oversized text."""
 

@@ -9,13 +9,15 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from teamdesk.redaction import redact
+
 
 def async_url(url: str) -> str:
     """`postgresql://…` → `postgresql+psycopg://…` (psycopg 3 serves both sync and async)."""
     for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]
-    raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    raise ValueError(f"not a PostgreSQL URL: {redact(url)!r}")  # S2
 
 
 def create_engine(database_url: str, **kwargs: object) -> AsyncEngine:

@@ -11,9 +11,14 @@ _HERE = Path(__file__).parent
 
 
 def alembic_config(database_url: str) -> Config:
+    """The URL travels in `config.attributes`, not through the ini parser: there a `%` of a
+    percent-encoded password (`p%40ss`) is read as interpolation and the migration fails
+    with "invalid interpolation syntax" (S2). The main option is set escaped for tools that
+    read it, and error messages show it redacted."""
     cfg = Config()
     cfg.set_main_option("script_location", str(_HERE / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", database_url)
+    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    cfg.attributes["database_url"] = database_url
     return cfg
 
 

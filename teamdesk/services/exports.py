@@ -147,8 +147,11 @@ async def request_export(
 
     Staff default to the team's tickets, customers to their own; a customer asking for
     the team's is refused. Over the export limit → `ExportTooLarge` (X1).
+
+    Without `settings` the *configured* limit applies (`Settings.from_env()`), the one the
+    worker enforces: the built-in default would accept what the executor then rejects.
     """
-    settings = settings or Settings()
+    settings = settings or Settings.from_env()
     clean = validate_filters(filters)
     async with transaction(session):
         member = await require_member(session, team_id, user_id)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from teamdesk.db.models import BackgroundTask, TaskStatus
-from teamdesk.errors import NotRetryable
+from teamdesk.db.models import BackgroundTask, Member, Scope, TaskStatus
+from teamdesk.errors import NotRetryable, OwnerAccessLost
 from teamdesk.services._tx import transaction
 from teamdesk.services.access import require_member, require_scope, visible_task
 
@@ -23,6 +23,22 @@ async def list_tasks(session: AsyncSession, team_id: str, user_id: str,
             stmt = stmt.where(BackgroundTask.owner_id == user_id)
         stmt = stmt.order_by(BackgroundTask.created_at.desc(), BackgroundTask.id).limit(limit)
         return list((await session.scalars(stmt)).all())
+
+
+async def _require_owner_staff(session: AsyncSession, task: BackgroundTask) -> None:
+    """R1: a team-wide task runs with its *owner's* rights, not the caller's. An admin
+    retrying the export of a creator who was demoted (or left) would get "Retry accepted"
+    and a new run the executor rejects again (P8), so it is refused here, whoever asks."""
+    if task.scope is not Scope.TEAM:
+        return
+    owner = await session.scalar(select(Member).where(
+        Member.team_id == task.team_id, Member.user_id == task.owner_id))
+    if owner is None or not owner.role.is_staff:
+        state = "is no longer a member" if owner is None else "is no longer staff"
+        raise OwnerAccessLost(
+            f"task {task.id} cannot be retried: its owner {task.owner_id!r} {state} of team "
+            f"{task.team_id!r}, and a team-wide export runs with its owner's rights; "
+            "request a new export instead (R4)")
 
 
 async def retry_task(session: AsyncSession, team_id: str, user_id: str,
@@ -42,6 +58,7 @@ async def retry_task(session: AsyncSession, team_id: str, user_id: str,
             raise NotRetryable(f"task {task_id} is {task.status.value}; only FAILED tasks can "
                                "be retried")
         require_scope(member, task.scope)
+        await _require_owner_staff(session, task)
         values = dict(run=task.run + 1, status=TaskStatus.WAITING, progress=0, attempts=0,
                       last_error=None, execution_id=None, dispatched_at=None, result_csv=None,
                       result_summary=None, expires_at=None, run_at=datetime.now(UTC))

@@ -61,6 +61,11 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if stop.is_set():  # W4: stopped while still starting; nothing to drain, exit 0
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("worker.stopped name=%s before_start=true", name)
+        return 0
     uninstall_hold = probes.install_hold_from_env()
 
     engine = create_engine(settings.database_url)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from teamdesk.config import Settings
-from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
+from teamdesk.db.models import BackgroundTask, Member, Role, Scope, TaskStatus
 from teamdesk.errors import (
     ExportExpired,
     ExportNotReady,
@@ -16,6 +16,7 @@ from teamdesk.errors import (
     InvalidFilters,
     NotFound,
     NotRetryable,
+    OwnerAccessLost,
     PermissionDenied,
 )
 from teamdesk.services import exports, tasks, teams
@@ -89,6 +90,18 @@ async def test_export_scope_and_limit(sessions, demo):
     assert own.scope is Scope.OWN
 
 
+async def test_request_export_honours_the_configured_limit(sessions, demo, monkeypatch):
+    """X1, R4: with `TEAMDESK_EXPORT_LIMIT=10` in the environment — what the worker
+    enforces — a request over 10 tickets is refused up front, not accepted and then
+    rejected by the executor; nothing is written."""
+    monkeypatch.setenv("TEAMDESK_EXPORT_LIMIT", "10")
+    before = await _task_count(sessions)
+    async with sessions() as s:
+        with pytest.raises(ExportTooLarge, match="export limit is 10"):
+            await exports.request_export(s, "acme", "ben", {})
+    assert await _task_count(sessions) == before
+
+
 async def _fail(sessions, task_id: str) -> None:
     async with sessions() as s, s.begin():
         await s.execute(update(BackgroundTask).where(BackgroundTask.id == task_id).values(
@@ -145,6 +158,36 @@ async def test_retry_preconditions(sessions, demo):
         for task_id in (team_task.id, eve_task.id):
             row = await s.get(BackgroundTask, task_id)
             assert (row.status, row.run) == (TaskStatus.FAILED, 0)  # nothing written
+
+
+@pytest.mark.parametrize("owner_change", ["demoted", "left"])
+async def test_retry_refuses_team_export_whose_owner_lost_staff_whoever_asks(
+        sessions, demo, owner_change):
+    """R1, R4: the *owner's* role decides, not the caller's. An admin (ada) retrying the
+    team-wide export of an agent (cai) who was demoted to customer, or left the team, is
+    refused up front with `OwnerAccessLost` — not "Retry accepted" and a new run the
+    executor rejects again (P8) — and nothing is written (the row stays FAILED, run 0)."""
+    async with sessions() as s:
+        task = await exports.request_export(s, "acme", "cai", {})
+    await _fail(sessions, task.id)
+    async with sessions() as s, s.begin():
+        cai = (Member.team_id == "acme", Member.user_id == "cai")
+        if owner_change == "demoted":
+            await s.execute(update(Member).where(*cai).values(role=Role.CUSTOMER))
+        else:
+            await s.execute(delete(Member).where(*cai))
+    before = await _task_row(sessions, task.id)
+    async with sessions() as s:
+        with pytest.raises(OwnerAccessLost, match="owner 'cai' is no longer"):
+            await tasks.retry_task(s, "acme", "ada", task.id)
+    assert await _task_row(sessions, task.id) == before
+    assert (before["status"], before["run"]) == (TaskStatus.FAILED, 0)
+
+
+async def _task_row(sessions, task_id: str) -> dict:
+    async with sessions() as s:
+        row = await s.get(BackgroundTask, task_id)
+        return {c.name: getattr(row, c.key) for c in BackgroundTask.__table__.columns}
 
 
 async def _complete(sessions, task_id: str, expires_at: datetime) -> None:

@@ -37,6 +37,7 @@ async def own_redis(tmp_path, service_settings: Settings) -> AsyncIterator[tuple
     port = _free_port()
     await asyncio.to_thread(devservices.start_redis, root, port)
     try:
-        yield root, service_settings.replace(redis_url=f"redis://127.0.0.1:{port}/0")
+        # It asks for a password like every embedded Redis (S1).
+        yield root, service_settings.replace(redis_url=devservices.redis_url_for(root, port))
     finally:
         await asyncio.to_thread(devservices.stop_redis, root)

@@ -12,7 +12,9 @@ target_metadata = Base.metadata
 
 def run_migrations_online() -> None:
     # psycopg 3's dialect is the same name for sync use.
-    url = async_url(config.get_main_option("sqlalchemy.url"))
+    # The raw URL from `migrate.alembic_config` (a `%` in the ini option is interpolation).
+    url = async_url(config.attributes.get("database_url")
+                    or config.get_main_option("sqlalchemy.url"))
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)

@@ -1,0 +1,68 @@
+"""Settings validation: out-of-range values are refused at construction, naming the
+variable; unknown `TEAMDESK_*` variables get a one-line warning (Q2, D1, D8, X1, W4)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from teamdesk import config
+from teamdesk.config import NON_SETTING_VARS, Settings
+
+
+@pytest.mark.parametrize(("var", "raw"), [
+    ("TEAMDESK_EXPORT_BATCH_SIZE", "0"),      # X1: completed with an empty CSV
+    ("TEAMDESK_DISPATCH_BATCH_SIZE", "0"),    # D1: dispatched nothing
+    ("TEAMDESK_DISPATCH_TICK_S", "0"),        # D8: busy loop
+    ("TEAMDESK_REDIS_TIMEOUT_S", "0"),        # every Redis call timed out
+    ("TEAMDESK_WORKER_CONCURRENCY", "0"),
+    ("TEAMDESK_LOCK_DURATION_MS", "-1"),
+    ("TEAMDESK_STALE_RUNNING_AGE_S", "-5"),   # D6
+    ("TEAMDESK_EXPORT_LIMIT", "-3"),
+    ("TEAMDESK_HEARTBEAT_TTL_S", "nan"),      # W4
+    ("TEAMDESK_DRAIN_TIMEOUT_S", "-1"),       # W4
+    ("TEAMDESK_LOCK_RENEW_MS", "-1"),
+    ("TEAMDESK_QUEUE_PREFIX", " "),
+])
+def test_out_of_range_environment_values_are_refused_naming_the_variable(var, raw):
+    """Q2, D1, D6, D8, X1, W4: a zero, negative or non-finite size/interval/timeout is
+    refused when the settings are read, with the variable named, instead of running."""
+    with pytest.raises(ValueError, match=var):
+        Settings.from_env({var: raw})
+
+
+@pytest.mark.parametrize("changes", [
+    {"export_batch_size": 0}, {"dispatch_batch_size": -1}, {"dispatch_tick_s": 0.0},
+    {"redis_timeout_s": 0}, {"worker_concurrency": 0}, {"export_limit": 2.5},
+    {"stalled_interval_ms": True},
+])
+def test_replace_validates_too(changes):
+    """Q2: tests and labs shorten timings through `replace`; it checks the same ranges."""
+    (field,) = changes
+    with pytest.raises(ValueError, match=config.env_name(field)):
+        Settings().replace(**changes)
+
+
+def test_legitimate_small_and_zero_values_are_accepted():
+    """Q2: the small timings tests and labs use, and the zeros that mean something
+    (`lock_renew_ms=0` never renews, `max_stalled_count=0` fails on the first stall,
+    `drain_timeout_s=0` abandons at once) stay valid."""
+    s = Settings().replace(lock_duration_ms=1000, stalled_interval_ms=100, backoff_delay_ms=30,
+                           dispatch_tick_s=0.05, export_batch_size=10, export_limit=1,
+                           lock_renew_ms=0, max_stalled_count=0, drain_timeout_s=0,
+                           redispatch_age_s=0, redis_timeout_s=0.5, heartbeat_ttl_s=1.5)
+    assert (s.lock_renew_ms, s.max_stalled_count) == (0, 0)
+    assert Settings.from_env({"TEAMDESK_LOCK_RENEW_MS": "0"}).lock_renew_ms == 0
+
+
+def test_unknown_teamdesk_variable_is_warned_once(caplog, monkeypatch):
+    """Q2: a misspelt variable silently kept the default; now one warning line names it.
+    Variables the project uses that are not settings are not reported."""
+    monkeypatch.setattr(config, "_warned", set())
+    env = {"TEAMDESK_EXPORT_LIMT": "10", **{v: "x" for v in NON_SETTING_VARS}}
+    with caplog.at_level(logging.WARNING, logger="teamdesk.config"):
+        Settings.from_env(env)
+        Settings.from_env(env)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "TEAMDESK_EXPORT_LIMT" in lines[0] and "\n" not in lines[0]
