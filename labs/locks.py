@@ -55,12 +55,19 @@ async def holders(lab: Any) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in await s.execute(HOLDERS_SQL, {"team": lab.team})]
 
 
+#: Probe points that lie inside the team-locked reminder transaction (`teamdesk.probes`):
+#: an executor paused at one of them holds the team lock.
+LOCKED_POINTS = ("reminder.after_lease_check", "reminder.after_event")
+
+
 def _paused_actors(lab: Any) -> list[str]:
+    """The lab's executors paused at a gate inside the team-locked transaction."""
     out = []
     for g in getattr(lab, "_gates", ()):
-        if getattr(g, "is_reached", False) and not getattr(g, "is_released", True):
+        if (g.point in LOCKED_POINTS and getattr(g, "is_reached", False)
+                and not getattr(g, "is_released", True)):
             who = (g.context or {}).get("actor") or g.actor or "an executor"
-            out.append(f"{who} (paused at gate {g.point})")
+            out.append(f"executor {who} (paused at gate {g.point})")
     return out
 
 
@@ -73,7 +80,7 @@ async def describe_holder(lab: Any) -> str:
         f"backend pid {h['pid']} {h['state']} for {h['in_tx_s']} s in its transaction, "
         f"last statement: {h['last_query']!s}" for h in found)
     paused = _paused_actors(lab)
-    who = f"{', '.join(paused)} — " if paused else ""
+    who = f"{', '.join(paused)}: " if paused else ""
     return f"held by {who}{backends}"
 
 
