@@ -77,8 +77,8 @@ async def describe_holder(lab: Any) -> str:
     if not found:
         return "nobody holds it now"
     backends = "; ".join(
-        f"backend pid {h['pid']} {h['state']} for {h['in_tx_s']} s in its transaction, "
-        f"last statement: {h['last_query']!s}" for h in found)
+        f"backend pid {h['pid']} ({h['state']}, {h['in_tx_s']} s into its transaction; "
+        f"last statement: {h['last_query']!s})" for h in found)
     paused = _paused_actors(lab)
     who = f"{', '.join(paused)}: " if paused else ""
     return f"held by {who}{backends}"
