@@ -88,7 +88,7 @@ class Stage:
         step = self.steps[name]
         print(f"↻ already done: {name} (step {step.number} of this race; nothing was done "
               "again). To act again, start the race over.")
-        if self.board is None:
+        if self.board is None or self.lab.closed:
             return None
         shown = self.board()
         return await shown if inspect.isawaitable(shown) else shown
@@ -98,24 +98,36 @@ class Stage:
         return f"<Stage of lab {self.lab.name!r}: {len(done)} step(s) done: {done}>"
 
 
-#: The stage of the lab opened last in this process and still open (what a `# step:`
-#: cell refers to); a second lab opened for a moment (27's "other" world) and closed
-#: again hands it back.
+#: The stage a `# step:` cell refers to: the stage of the oldest lab still open in this
+#: process (a second lab opened for a while, like 27's "other" world, does not take it
+#: over), else the stage of the lab closed last (so a step cell re-run after the
+#: notebook's closing cell still says "already done" rather than acting on a closed lab).
 CURRENT: Stage | None = None
 _STACK: list[Stage] = []
+_LAST: Stage | None = None
+#: The stage whose step began in the running cell (`post_run_cell` finishes it there,
+#: even if the cell opened or closed a lab).
+_PENDING: Stage | None = None
+
+
+def _active() -> Stage | None:
+    return CURRENT or _LAST
 
 
 def begin(name: str) -> None:
     """Called by a transformed `# step:` cell before its body runs."""
-    if CURRENT is not None:
-        CURRENT.begin(name)
+    global _PENDING
+    _PENDING = _active()
+    if _PENDING is not None:
+        _PENDING.begin(name)
 
 
 async def replay(name: str) -> Any:
     """What a transformed `# step:` cell runs when its step is already done."""
-    if CURRENT is None or not CURRENT.is_done(name):  # pragma: no cover - raced a close
+    stage = _active()
+    if stage is None or not stage.is_done(name):  # pragma: no cover - raced a close
         return None
-    return await CURRENT.replay(name)
+    return await stage.replay(name)
 
 
 def transform(lines: list[str]) -> list[str]:
@@ -126,14 +138,17 @@ def transform(lines: list[str]) -> list[str]:
     name = found["name"]
     if not name:
         return ["raise SyntaxError('a step needs a name: # step: A claims E1')\n"]
-    if CURRENT is not None and CURRENT.is_done(name):
+    stage = _active()
+    if stage is not None and stage.is_done(name):
         return [f"await __import__('labs.stage').stage.replay({name!r})\n"]
     return [f"__import__('labs.stage').stage.begin({name!r})\n", *lines[1:]]
 
 
 def _post_run_cell(result: Any) -> None:
-    if CURRENT is not None:
-        CURRENT.finish(bool(getattr(result, "success", False)))
+    global _PENDING
+    if _PENDING is not None:
+        _PENDING.finish(bool(getattr(result, "success", False)))
+        _PENDING = None
 
 
 _INSTALLED: set[int] = set()
@@ -164,17 +179,20 @@ def install() -> bool:
 
 def attach(lab: Any) -> Stage:
     """Give `lab` its stage and make it the current one (called by `Lab.open`)."""
-    global CURRENT
+    global CURRENT, _LAST
     stage = Stage(lab)
     _STACK.append(stage)
-    CURRENT = stage
+    CURRENT = _STACK[0]
+    _LAST = None
     install()
     return stage
 
 
 def detach(stage: Stage) -> None:
     """The lab closed: a later `# step:` cell no longer refers to it."""
-    global CURRENT
+    global CURRENT, _LAST
     if stage in _STACK:
         _STACK.remove(stage)
-    CURRENT = _STACK[-1] if _STACK else None
+    CURRENT = _STACK[0] if _STACK else None
+    if CURRENT is None:
+        _LAST = stage
