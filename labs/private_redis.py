@@ -136,10 +136,13 @@ async def outage(lab: Any) -> AsyncIterator[None]:
         raise PrivateRedisError(
             f"lab {lab.name!r} has no Redis of its own: open it with "
             "Lab.open(..., private_redis=True) to stop its Redis without hurting others")
-    lab.history.add(actor="fault", type="invoke", op="redis outage", detail="own server stops")
+    # The same history words as `labs.faults.redis_outage`, so a notebook reads either.
     await asyncio.to_thread(server.stop)
+    lab.history.add(actor="lab", type="info", op="fault",
+                    detail=f"redis stopped (the lab's own server, port {server.port})")
     try:
         yield
     finally:
         await asyncio.to_thread(server.start)
-        lab.history.add(actor="fault", type="ok", op="redis outage", detail="own server is back")
+        lab.history.add(actor="lab", type="info", op="fault",
+                        detail=f"redis started (the lab's own server, port {server.port}, empty)")
