@@ -255,7 +255,7 @@ class Lab:
     @classmethod
     def open(cls, name: str = "lab", *, settings: Settings | None = None, seed: bool = True,
              tickets: int = 300, close_timeout: float = 5.0, private_redis: bool = False,
-             **timings: Any) -> _Opening:
+             replace: bool | None = None, **timings: Any) -> _Opening:
         """Open a new lab world: `lab = await Lab.open()` or `async with Lab.open() as lab`.
 
         - `name` — a label for messages and `repr` (the prefix and database get random
@@ -271,17 +271,22 @@ class Lab:
         - `**timings` — `Settings` fields for the whole lab, e.g. `backoff_delay_ms=30`,
           `redispatch_age_s=1` (per-worker timings go to `start_worker`).
 
-        Re-running a notebook's first cell is safe: an open lab of the same `name` in this
-        process is closed first (its errors are dropped: that world is being thrown
-        away), and what labs of killed kernels left behind is removed (`labs.leftovers`).
+        Re-running a notebook's first cell is safe: with `replace` (the default in a
+        Jupyter kernel; elsewhere two labs may share a name) an open lab of the same
+        `name` in this process is closed first (its errors are dropped: that world is
+        being thrown away). Whatever labs of killed kernels left behind is removed
+        (`labs.leftovers`).
         In a Jupyter kernel the lab also gets its `stage` (`labs.stage`: `# step:` cells).
         """
         bad = set(timings) & {"database_url", "queue_prefix"}
         if bad:
             raise ValueError(f"a lab chooses its own {', '.join(sorted(bad))}")
 
+        if replace is None:
+            replace = _stage.in_kernel()
+
         async def create() -> Lab:
-            earlier = _OPEN_BY_NAME.pop(name, None)
+            earlier = _OPEN_BY_NAME.pop(name, None) if replace else None
             if earlier is not None and not earlier.closed:
                 await earlier.close(check=False)
             base = await asyncio.to_thread(devservices.resolve_settings, settings)
@@ -299,14 +304,15 @@ class Lab:
             lab.private_redis = server
             lab._open_args = dict(settings=settings, seed=seed, tickets=tickets,
                                   close_timeout=close_timeout, private_redis=private_redis,
-                                  **timings)
+                                  replace=replace, **timings)
             try:
                 lab._record = await asyncio.to_thread(leftovers.record, lab)
                 await lab._start(seed=seed, tickets=tickets)
             except BaseException:
                 await lab.close(check=False)
                 raise
-            _OPEN_BY_NAME[name] = lab
+            if replace:
+                _OPEN_BY_NAME[name] = lab
             lab.stage = _stage.attach(lab)
             return lab
 

@@ -154,6 +154,15 @@ def _post_run_cell(result: Any) -> None:
 _INSTALLED: set[int] = set()
 
 
+def in_kernel() -> bool:
+    """True when running inside an IPython shell (a notebook kernel)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    return get_ipython() is not None
+
+
 def install() -> bool:
     """Install the `# step:` transformer and the post-run hook in the running IPython
     kernel (once per shell), and make error output one plain line (`%xmode Minimal`,
