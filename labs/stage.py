@@ -178,10 +178,12 @@ def install() -> bool:
     _INSTALLED.add(id(shell))
     shell.input_transformers_cleanup.insert(0, transform)
     shell.events.register("post_run_cell", _post_run_cell)
+    # What `%xmode Minimal` and `%colors nocolor` do, without their printed notice (it
+    # would become part of the first cell's stored output).
     try:
-        shell.run_line_magic("xmode", "Minimal")
-        shell.run_line_magic("colors", "nocolor")
-    except Exception:  # pragma: no cover - a shell without those magics
+        shell.InteractiveTB.set_mode(mode="Minimal")
+        shell.colors = "nocolor"
+    except Exception:  # pragma: no cover - another IPython's API
         pass
     return True
 
