@@ -290,7 +290,7 @@ class Lab:
             if earlier is not None and not earlier.closed:
                 await earlier.close(check=False)
             base = await asyncio.to_thread(devservices.resolve_settings, settings)
-            await asyncio.to_thread(leftovers.clean)
+            await asyncio.to_thread(leftovers.clean, base.database_url, base.redis_url)
             if timings:
                 base = base.replace(**timings)
             server = None

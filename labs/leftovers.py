@@ -59,10 +59,17 @@ def _alive(pid: int, created: float) -> bool:
         return False
 
 
-def clean() -> list[str]:
+def _server(url: str) -> str:
+    return url.partition("?")[0].rsplit("/", 1)[0]
+
+
+def clean(database_url: str, redis_url: str) -> list[str]:
     """Remove the databases, queue keys and private Redis servers of labs whose process is
-    gone; returns their names. Best effort: a step that fails is skipped (the record is
-    kept, so a later open tries again)."""
+    gone; returns their names. Only leftovers on the servers this lab uses
+    (`database_url`, `redis_url`) are touched: a record of another server (docker-compose
+    yesterday, embedded today) is kept for when that server is in use again, rather than
+    connecting to a server that may not answer. Best effort: a step that fails is skipped
+    (the record is kept, so a later open tries again)."""
     cleaned = []
     for path in sorted(_dir().glob("*.json")):
         try:
@@ -72,8 +79,11 @@ def clean() -> list[str]:
             continue
         if _alive(info["pid"], info["created"]):
             continue
+        server = info.get("private_redis")
+        same_redis = bool(server) or info["redis_url"] == redis_url
+        if _server(info["database_url"]) != _server(database_url) or not same_redis:
+            continue
         try:
-            server = info.get("private_redis")
             if server:
                 kill_leftover(server["pid"], server["created"])
             else:
