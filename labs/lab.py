@@ -297,7 +297,13 @@ class Lab:
             if private_redis:
                 server = await asyncio.to_thread(PrivateRedis().start)
                 base = base.replace(redis_url=server.url)
-            url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_lab")
+            try:
+                url = await asyncio.to_thread(clone_database, base.database_url,
+                                              "teamdesk_lab")
+            except BaseException:
+                if server is not None:  # never leave a private server behind
+                    await asyncio.to_thread(server.remove)
+                raise
             lab = cls(name, base.replace(database_url=url,
                                          queue_prefix=f"lab{uuid.uuid4().hex[:10]}"),
                       close_timeout)
