@@ -92,6 +92,11 @@ class Gate:
             self.observer(event, ctx)
 
     @property
+    def is_released(self) -> bool:
+        """True once `release()` or `close()` was called."""
+        return self._released.is_set()
+
+    @property
     def is_reached(self) -> bool:
         """True once an executor has been caught here (even if since released)."""
         return self._reached.is_set()

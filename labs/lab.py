@@ -59,9 +59,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from labs import _scope
+from labs import _scope, leftovers
+from labs import stage as _stage
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
+from labs.private_redis import PrivateRedis
 from labs.recorder import Recorder
 from teamdesk import devservices
 from teamdesk.config import Settings
@@ -113,6 +115,13 @@ class LabError:
         return f"[{self.time:7.3f}s] {self.source}{who}{job}: {self.message}{ack}"
 
 
+def _error_matches(e: LabError, source: str | None = None, actor: str | None = None,
+                   job_id: str | None = None, contains: str | None = None) -> bool:
+    return ((source is None or e.source == source) and (actor is None or e.actor == actor)
+            and (job_id is None or e.job_id == job_id)
+            and (contains is None or contains in e.message))
+
+
 class LabErrors(AssertionError):
     """Raised by `Lab.close()` / `Lab.check()`: background errors nobody acknowledged."""
 
@@ -127,6 +136,9 @@ class LabErrors(AssertionError):
 # ---------------------------------------------------------------- loop exception handler
 
 _LOOP_LABS: dict[asyncio.AbstractEventLoop, list[Lab]] = {}
+#: Open labs of this process by name: opening a lab closes an earlier one of the same
+#: name (a notebook's first cell, run again, starts from a clean world).
+_OPEN_BY_NAME: dict[str, Lab] = {}
 _LOOP_PREVIOUS: dict[asyncio.AbstractEventLoop, Any] = {}
 
 
@@ -228,12 +240,22 @@ class Lab:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._routed = False
+        #: Monotonic time the current notebook step began (`labs.stage`): `wait_for`
+        #: matches only worker events from then on, so a re-run never sees stale ones.
+        self.step_began = 0.0
+        #: This lab's own Redis server (`Lab.open(..., private_redis=True)`), else None.
+        self.private_redis: PrivateRedis | None = None
+        self.stage = _stage.Stage(self)
+        self._open_args: dict[str, Any] = {}
+        self._record: Any = None
+        self._expecting: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------ life cycle
 
     @classmethod
     def open(cls, name: str = "lab", *, settings: Settings | None = None, seed: bool = True,
-             tickets: int = 300, close_timeout: float = 5.0, **timings: Any) -> _Opening:
+             tickets: int = 300, close_timeout: float = 5.0, private_redis: bool = False,
+             replace: bool | None = None, **timings: Any) -> _Opening:
         """Open a new lab world: `lab = await Lab.open()` or `async with Lab.open() as lab`.
 
         - `name` — a label for messages and `repr` (the prefix and database get random
@@ -244,26 +266,60 @@ class Lab:
           time);
         - `close_timeout` — seconds a worker may take to finish its job when closed before
           it is forced;
+        - `private_redis` — run the lab on a Redis server of its own (`labs.private_redis`),
+          so `private_redis.outage(lab)` stops it for real without hurting anyone else;
         - `**timings` — `Settings` fields for the whole lab, e.g. `backoff_delay_ms=30`,
           `redispatch_age_s=1` (per-worker timings go to `start_worker`).
+
+        Re-running a notebook's first cell is safe: with `replace` (the default in a
+        Jupyter kernel; elsewhere two labs may share a name) an open lab of the same
+        `name` in this process is closed first (its errors are dropped: that world is
+        being thrown away). Whatever labs of killed kernels left behind is removed
+        (`labs.leftovers`).
+        In a Jupyter kernel the lab also gets its `stage` (`labs.stage`: `# step:` cells).
         """
         bad = set(timings) & {"database_url", "queue_prefix"}
         if bad:
             raise ValueError(f"a lab chooses its own {', '.join(sorted(bad))}")
 
+        if replace is None:
+            replace = _stage.in_kernel()
+
         async def create() -> Lab:
+            earlier = _OPEN_BY_NAME.pop(name, None) if replace else None
+            if earlier is not None and not earlier.closed:
+                await earlier.close(check=False)
             base = await asyncio.to_thread(devservices.resolve_settings, settings)
+            await asyncio.to_thread(leftovers.clean, base.database_url, base.redis_url)
             if timings:
                 base = base.replace(**timings)
-            url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_lab")
+            server = None
+            if private_redis:
+                server = await asyncio.to_thread(PrivateRedis().start)
+                base = base.replace(redis_url=server.url)
+            try:
+                url = await asyncio.to_thread(clone_database, base.database_url,
+                                              "teamdesk_lab")
+            except BaseException:
+                if server is not None:  # never leave a private server behind
+                    await asyncio.to_thread(server.remove)
+                raise
             lab = cls(name, base.replace(database_url=url,
                                          queue_prefix=f"lab{uuid.uuid4().hex[:10]}"),
                       close_timeout)
+            lab.private_redis = server
+            lab._open_args = dict(settings=settings, seed=seed, tickets=tickets,
+                                  close_timeout=close_timeout, private_redis=private_redis,
+                                  replace=replace, **timings)
             try:
+                lab._record = await asyncio.to_thread(leftovers.record, lab)
                 await lab._start(seed=seed, tickets=tickets)
             except BaseException:
                 await lab.close(check=False)
                 raise
+            if replace:
+                _OPEN_BY_NAME[name] = lab
+            lab.stage = _stage.attach(lab)
             return lab
 
         return _Opening(create)
@@ -384,6 +440,12 @@ class Lab:
             self._routed = False
         if self._loop is not None:
             _unwatch_loop(self._loop, self)
+        if self.private_redis is not None:
+            await asyncio.to_thread(self.private_redis.remove)
+        leftovers.forget(self._record)
+        _stage.detach(self.stage)
+        if _OPEN_BY_NAME.get(self.name) is self:
+            del _OPEN_BY_NAME[self.name]
 
     def add_cleanup(self, cleanup: Callable[[], Any]) -> None:
         """Have `close()` call `cleanup()` (sync or async, bounded by `close_timeout`)
@@ -432,12 +494,55 @@ class Lab:
         for e in self._errors:
             if e.acknowledged:
                 continue
-            if ((source is None or e.source == source) and (actor is None or e.actor == actor)
-                    and (job_id is None or e.job_id == job_id)
-                    and (contains is None or contains in e.message)):
+            if _error_matches(e, source, actor, job_id, contains):
                 e.acknowledged = True
                 n += 1
         return n
+
+    def errors_of(self, *, source: str | None = None, actor: str | None = None,
+                  job_id: str | None = None, contains: str | None = None) -> list[LabError]:
+        """The errors matching every filter given (acknowledged or not): what a check cell
+        asserts on — it does not change when the cell runs again."""
+        return [e for e in self._errors if _error_matches(e, source, actor, job_id, contains)]
+
+    @contextlib.contextmanager
+    def expect_errors(self, *, source: str | None = None, actor: str | None = None,
+                      job_id: str | None = None, contains: str | None = None
+                      ) -> Any:
+        """Around an action that is *meant* to cause background errors (a retry scenario,
+        the late executor of a takeover race): matching errors that arrive while the block
+        runs are acknowledged — expected, so `close()` does not raise for them.
+
+            with lab.expect_errors(source="worker error", actor="A"):
+                gate_a.release()
+                await lab.wait_for("error", actor="A", timeout=T)
+        """
+        expectation = {"source": source, "actor": actor, "job_id": job_id,
+                       "contains": contains}
+        start = len(self._errors)
+        self._expecting.append(expectation)
+        try:
+            yield self
+        finally:
+            self._expecting.remove(expectation)
+            for e in self._errors[start:]:
+                if _error_matches(e, source, actor, job_id, contains):
+                    e.acknowledged = True
+
+    async def start_over(self) -> Lab:
+        """Close this lab and open a fresh one with the same name and options: a race
+        begins again from its first step (the notebook's "start the race over" cell:
+        `lab = await lab.start_over()`). Errors of the old world are dropped, not raised —
+        it is being thrown away. The new stage keeps the board function. Before any step
+        has run there is nothing to start over: it returns this lab as it is."""
+        if not self.stage.steps:
+            print("nothing to start over: no step has run yet")
+            return self
+        board = self.stage.board
+        await self.close(check=False)
+        fresh = await Lab.open(self.name, **self._open_args)
+        fresh.stage.board = board
+        return fresh
 
     def check(self) -> None:
         """Raise `LabErrors` now if there are unacknowledged background errors (for an
@@ -448,10 +553,13 @@ class Lab:
     def _on_worker_event(self, event: dict[str, Any]) -> None:
         self.history.on_worker_event(event)
         if event.get("kind") in ("failed", "error"):
-            self._errors.append(LabError(
+            error = LabError(
                 round(event["t"] - self.started, 3), f"worker {event['kind']}",
                 event.get("actor"), event.get("job_id"), str(event.get("error")),
-                acknowledged=self._closing or event.get("actor") in self._stopping))
+                acknowledged=self._closing or event.get("actor") in self._stopping)
+            if any(_error_matches(error, **x) for x in self._expecting):
+                error.acknowledged = True
+            self._errors.append(error)
 
     def _on_loop_exception(self, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -581,6 +689,14 @@ class Lab:
         """A `labs.gates.Gate` that only catches this lab's executors (and `actor`, if
         given); its pause and release appear in the history; `close()` releases it."""
         self._require_open()
+        # A re-run cell (or a step tried again) must not leave its first gate installed:
+        # an unreleased gate at the same point for the same actor would catch the
+        # crossing meant for the new one. It is replaced (closed: uninstalled, and an
+        # executor it holds is let go).
+        for old in [x for x in self._gates if isinstance(x, Gate) and x.point == point
+                    and x.actor == actor and not x.is_released]:
+            old.close()
+            self._gates.remove(old)
         g = Gate(point, actor=actor, timeout=timeout,
                  when=lambda ctx: self._mine(ctx) and (when is None or when(ctx)),
                  observer=lambda event, ctx: self.history.on_gate("gate", point, event, ctx))
@@ -600,11 +716,18 @@ class Lab:
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,
-                       **match: Any) -> dict[str, Any]:
+                       since: float | None = None, **match: Any) -> dict[str, Any]:
         """Wait (bounded) for a worker event of this lab: `kind` is "active",
         "completed", "failed", "stalled" or "error"; `match` compares fields such as
-        `actor="B"`, `job_id="T7KQ2M-0"`, `task_id=...`. Returns the event."""
-        return await self.recorder.wait_for(kind, timeout=timeout, where=where, **match)
+        `actor="B"`, `job_id="T7KQ2M-0"`, `task_id=...`. Returns the event.
+
+        Only events at or after `since` (a `time.monotonic()` value) match; by default
+        the moment the current notebook step began (`step_began`, 0 outside a
+        `# step:` cell), so a step tried again never returns the first try's event."""
+        after = self.step_began if since is None else since
+        return await self.recorder.wait_for(
+            kind, timeout=timeout,
+            where=lambda e: e["t"] >= after and (where is None or where(e)), **match)
 
     # ------------------------------------------------------------ the dispatcher
 

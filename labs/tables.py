@@ -3,10 +3,13 @@
     await ledger(lab)            # background_tasks rows, oldest first
     await queue(lab)             # every job record under the lab's prefix
     await ledger_vs_queue(lab)   # one row per task (+ orphan jobs) with a `verdict`
+    show(df)                     # for display: every missing value as `MISSING` ("–")
 
 The column orders are fixed (`LEDGER_COLUMNS`, `QUEUE_COLUMNS`, `COMPARE_COLUMNS`) so a
 notebook can assert on them. Ids are short: task ids are already short (`T7KQ2M`), job ids
-are `<task>-<run>` (I2), and execution ids are cut to 8 characters. Every Redis call is
+are `<task>-<run>` (I2), and execution ids are cut to 8 characters. The frames keep pandas' missing
+values (NA, None, NaT) for assertions; `show(df)` is the same table for people, with one
+symbol (`MISSING`) for every kind of missing value. Every Redis call is
 bounded by `settings.redis_timeout_s`: against a dead Redis, `queue()` and
 `ledger_vs_queue()` raise within seconds, while `ledger()` still works.
 """
@@ -25,6 +28,10 @@ from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.tasks.queue import task_job_id
 
 T = TypeVar("T")
+
+#: The one symbol every table shown in a notebook uses for a missing value (no job, no
+#: lease, no ledger row): `show(df)` puts it in place of None / NaN / <NA> / NaT.
+MISSING = "–"
 
 LEDGER_COLUMNS: tuple[str, ...] = ("id", "type", "run", "status", "attempts", "progress",
                                    "execution", "dispatched_at", "updated_at", "last_error")
@@ -184,3 +191,11 @@ async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
         })
     return _frame(rows, COMPARE_COLUMNS,
                   ints=("run", "progress", "attemptsMade", "job_progress"))
+
+
+def show(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` for display: every missing value (None, NaN, <NA>, NaT, '') becomes `MISSING`,
+    so a notebook's tables all say "missing" the same way. The frame is a copy with object
+    columns; assert on the original frame, not on this one."""
+    out = df.astype(object)
+    return out.where(~(out.isna() | (out == "")), MISSING)

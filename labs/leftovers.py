@@ -1,0 +1,104 @@
+"""What a killed kernel leaves behind, cleaned up the next time a lab opens (issue 13 item 3).
+
+An open lab writes one small record (`<data dir>/labs/<pid>-<prefix>.json`: its name,
+process, database URL, Redis URL, BullMQ prefix, private Redis server). `close()` deletes
+it. A kernel killed with the lab still open never does: the next `Lab.open()` on this
+machine finds records whose process is gone and removes what they name — the database
+(`DROP DATABASE … WITH (FORCE)`), every Redis key under the prefix, the private Redis
+server. Its workers ran inside the dead kernel, so they died with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+from labs.private_redis import kill_leftover
+from teamdesk import devservices
+from teamdesk.db.templates import drop_database
+
+
+def _dir() -> Path:
+    d = devservices.data_dir() / "labs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _created(pid: int) -> float:
+    return psutil.Process(pid).create_time()
+
+
+def record(lab: Any) -> Path:
+    """Note an open lab (synchronous; `Lab.open` calls it in a thread)."""
+    server = getattr(lab, "private_redis", None)
+    info = {"name": lab.name, "pid": os.getpid(), "created": _created(os.getpid()),
+            "database_url": lab.settings.database_url, "redis_url": lab.settings.redis_url,
+            "prefix": lab.settings.queue_prefix,
+            "private_redis": ({"pid": server.pid, "created": _created(server.pid)}
+                              if server is not None and server.pid else None)}
+    path = _dir() / f"{info['pid']}-{info['prefix']}.json"
+    path.write_text(json.dumps(info))
+    return path
+
+
+def forget(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int, created: float) -> bool:
+    try:
+        return abs(_created(pid) - created) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _server(url: str) -> str:
+    return url.partition("?")[0].rsplit("/", 1)[0]
+
+
+def clean(database_url: str, redis_url: str) -> list[str]:
+    """Remove the databases, queue keys and private Redis servers of labs whose process is
+    gone; returns their names. Only leftovers on the servers this lab uses
+    (`database_url`, `redis_url`) are touched: a record of another server (docker-compose
+    yesterday, embedded today) is kept for when that server is in use again, rather than
+    connecting to a server that may not answer. Best effort: a step that fails is skipped
+    (the record is kept, so a later open tries again)."""
+    cleaned = []
+    for path in sorted(_dir().glob("*.json")):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            continue
+        if _alive(info["pid"], info["created"]):
+            continue
+        server = info.get("private_redis")
+        same_redis = bool(server) or info["redis_url"] == redis_url
+        if _server(info["database_url"]) != _server(database_url) or not same_redis:
+            continue
+        try:
+            if server:
+                kill_leftover(server["pid"], server["created"])
+            else:
+                _delete_keys(info["redis_url"], info["prefix"])
+            drop_database(info["database_url"])
+        except Exception:  # a server that is down now: try again next time
+            continue
+        path.unlink(missing_ok=True)
+        cleaned.append(info["name"])
+    return cleaned
+
+
+def _delete_keys(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    with contextlib.closing(client):
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i:i + 500])

@@ -1,0 +1,209 @@
+"""Steps, not scripts: a notebook cell that acts runs once per race (issue 13).
+
+An instructor clicks a cell twice, goes back a step, starts over. A cell that *acts*
+(start A, release A, retry) therefore begins with a `# step:` line naming its step:
+
+    # step: A claims E1
+    gate_a = lab.gate("export.after_read", actor="A")
+    await lab.start_worker("A", **STUCK)
+    ...
+
+- The first run executes the cell. The step *begins* first: `lab.wait_for` then matches
+  only worker events from this moment on, and a live board of an earlier step stops.
+  If the cell finishes without an error, the step is done.
+- Running the cell again does not act twice. It prints `↻ already done: A claims E1`
+  and shows the lab's board again (`lab.stage.board`, set by the notebook), so the class
+  sees the state, not a second claim. A step whose cell raised is not done: running it
+  again tries again.
+- `lab = await lab.start_over()` (a notebook's "start the race over" cell) closes the lab
+  and opens a fresh one with the same options; every step is new again.
+
+Cells that only look or check carry no `# step:` line: they may run any number of times.
+The `# step:` line is handled by an IPython input transformer installed when a lab opens
+in a kernel (`install()`); outside IPython (tests, scripts, ruff) it is a comment. (A
+comment rather than a `%%step` cell magic: ruff skips cells that start with a magic, and
+would then miss their names.) The
+transformer turns a first run into `begin(name)` + the cell, and a re-run into
+`await replay(name)`; IPython's `post_run_cell` event marks the step done.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The first line of an acting cell: `# step: <name>`.
+MARKER = re.compile(r"^#\s*step:\s*(?P<name>.*?)\s*$")
+
+
+@dataclass
+class Step:
+    name: str
+    #: 1, 2, 3 … in the order the steps first ran in this race.
+    number: int
+    began: float
+    done: bool = False
+
+
+@dataclass
+class Stage:
+    """The steps of one lab's race (`lab.stage`); see the module docstring."""
+
+    lab: Any
+    #: A coroutine function returning what to show when a done step's cell is re-run
+    #: (a notebook sets its board: `lab.stage.board = board`).
+    board: Callable[[], Awaitable[Any]] | None = None
+    steps: dict[str, Step] = field(default_factory=dict)
+    #: The step whose cell is running now (until IPython's `post_run_cell`).
+    pending: str | None = None
+    #: Called when a step begins (a live board stops).
+    on_begin: list[Callable[[], None]] = field(default_factory=list)
+
+    def is_done(self, name: str) -> bool:
+        step = self.steps.get(name)
+        return step is not None and step.done
+
+    def begin(self, name: str) -> Step:
+        """A step begins: later waits match only events from now on (`lab.wait_for`)."""
+        for hook in tuple(self.on_begin):
+            hook()
+        step = self.steps.get(name) or Step(name, len(self.steps) + 1, time.monotonic())
+        step.began = time.monotonic()
+        self.steps[name] = step
+        self.pending = name
+        self.lab.step_began = step.began
+        return step
+
+    def finish(self, success: bool) -> None:
+        """The cell of the pending step ended; it is done if it raised nothing."""
+        if self.pending is not None and success:
+            self.steps[self.pending].done = True
+        self.pending = None
+
+    async def replay(self, name: str) -> Any:
+        step = self.steps[name]
+        print(f"↻ already done: {name} (step {step.number} of this race; nothing was done "
+              "again). To act again, start the race over.")
+        if self.board is None or self.lab.closed:
+            return None
+        shown = self.board()
+        return await shown if inspect.isawaitable(shown) else shown
+
+    def __repr__(self) -> str:
+        done = [s.name for s in self.steps.values() if s.done]
+        return f"<Stage of lab {self.lab.name!r}: {len(done)} step(s) done: {done}>"
+
+
+#: The stage a `# step:` cell refers to: the stage of the oldest lab still open in this
+#: process (a second lab opened for a while, like 27's "other" world, does not take it
+#: over), else the stage of the lab closed last (so a step cell re-run after the
+#: notebook's closing cell still says "already done" rather than acting on a closed lab).
+CURRENT: Stage | None = None
+_STACK: list[Stage] = []
+_LAST: Stage | None = None
+#: The stage whose step began in the running cell (`post_run_cell` finishes it there,
+#: even if the cell opened or closed a lab).
+_PENDING: Stage | None = None
+
+
+def _active() -> Stage | None:
+    return CURRENT or _LAST
+
+
+def begin(name: str) -> None:
+    """Called by a transformed `# step:` cell before its body runs."""
+    global _PENDING
+    _PENDING = _active()
+    if _PENDING is not None:
+        _PENDING.begin(name)
+
+
+async def replay(name: str) -> Any:
+    """What a transformed `# step:` cell runs when its step is already done."""
+    stage = _active()
+    if stage is None or not stage.is_done(name):  # pragma: no cover - raced a close
+        return None
+    return await stage.replay(name)
+
+
+def transform(lines: list[str]) -> list[str]:
+    """IPython cleanup transformer: rewrite a cell whose first line is `# step: <name>`."""
+    found = MARKER.match(lines[0]) if lines else None
+    if found is None:
+        return lines
+    name = found["name"]
+    if not name:
+        return ["raise SyntaxError('a step needs a name: # step: A claims E1')\n"]
+    stage = _active()
+    if stage is not None and stage.is_done(name):
+        return [f"await __import__('labs.stage').stage.replay({name!r})\n"]
+    return [f"__import__('labs.stage').stage.begin({name!r})\n", *lines[1:]]
+
+
+def _post_run_cell(result: Any) -> None:
+    global _PENDING
+    if _PENDING is not None:
+        _PENDING.finish(bool(getattr(result, "success", False)))
+        _PENDING = None
+
+
+_INSTALLED: set[int] = set()
+
+
+def in_kernel() -> bool:
+    """True when running inside an IPython shell (a notebook kernel)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    return get_ipython() is not None
+
+
+def install() -> bool:
+    """Install the `# step:` transformer and the post-run hook in the running IPython
+    kernel (once per shell), and make error output one plain line (`%xmode Minimal`,
+    no colours: a stored output shows `ErrorName: message`, not a traceback full of ANSI
+    codes). Returns False outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - labs without IPython
+        return False
+    shell = get_ipython()
+    if shell is None or id(shell) in _INSTALLED:
+        return shell is not None
+    _INSTALLED.add(id(shell))
+    shell.input_transformers_cleanup.insert(0, transform)
+    shell.events.register("post_run_cell", _post_run_cell)
+    # What `%xmode Minimal` and `%colors nocolor` do, without their printed notice (it
+    # would become part of the first cell's stored output).
+    try:
+        shell.InteractiveTB.set_mode(mode="Minimal")
+        shell.colors = "nocolor"
+    except Exception:  # pragma: no cover - another IPython's API
+        pass
+    return True
+
+
+def attach(lab: Any) -> Stage:
+    """Give `lab` its stage and make it the current one (called by `Lab.open`)."""
+    global CURRENT, _LAST
+    stage = Stage(lab)
+    _STACK.append(stage)
+    CURRENT = _STACK[0]
+    _LAST = None
+    install()
+    return stage
+
+
+def detach(stage: Stage) -> None:
+    """The lab closed: a later `# step:` cell no longer refers to it."""
+    global CURRENT, _LAST
+    if stage in _STACK:
+        _STACK.remove(stage)
+    CURRENT = _STACK[0] if _STACK else None
+    if CURRENT is None:
+        _LAST = stage
