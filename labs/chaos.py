@@ -428,6 +428,14 @@ def redis_restarter(settings: Settings) -> RedisRestart:
                         describe=f"the embedded Redis of {root} (port {port})")
 
 
+def private_restarter(server: Any) -> RedisRestart:
+    """Restart a lab's own Redis (`labs.private_redis.PrivateRedis`, `Lab.open(...,
+    private_redis=True)`): the restart is real and hurts no other notebook or test."""
+    return RedisRestart(stop=lambda: asyncio.to_thread(server.stop),
+                        start=lambda: asyncio.to_thread(server.start),
+                        describe=f"the lab's own Redis (port {server.port})")
+
+
 async def proxy_class() -> tuple[Any, str]:
     """`labs.faults.RedisProxy` if it imports and really proxies, else (None, why)."""
     try:
@@ -881,9 +889,12 @@ class _Run:
 
 async def run_chaos(settings: Settings, config: ChaosConfig, *,
                     out: Callable[[str], None] = print,
-                    log_dir: Path | None = None) -> ChaosReport:
+                    log_dir: Path | None = None,
+                    redis: RedisRestart | None = None) -> ChaosReport:
     """One chaos run in the world of `settings` (a fresh database and queue prefix, which
-    the caller owns). Raises `ChaosRefused` before doing anything it must not do."""
+    the caller owns). Raises `ChaosRefused` before doing anything it must not do.
+    `redis` says which server the "redis" faults restart (`private_restarter` for a lab's
+    own); by default the embedded one, when it is ours (`redis_restarter`)."""
     from teamdesk.db.engine import create_engine, session_factory
 
     if config.counterexample is not None and config.counterexample not in COUNTEREXAMPLES:
@@ -900,8 +911,7 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             kinds = tuple(k for k in kinds if k != "cut")
             notes_before.append(f"no proxy cuts: {why}; Redis restarts and process faults "
                                 "only")
-    redis = None
-    if "redis" in kinds:
+    if "redis" in kinds and redis is None:
         try:
             redis = redis_restarter(settings)
         except ChaosRefused as err:

