@@ -16,6 +16,8 @@ Points announced (keep this list in step with the code; `POINTS` is checked by a
 - `export.after_result`         — result committed, before `update_progress(100)` (P9).
 - `reminder.after_lease_check`  — inside the team-locked transaction, eligibility read (P10).
 - `reminder.after_event`        — notification, version and event written, before completion.
+- `reminder.after_completion`   — the lease-conditioned completion UPDATE matched, inside
+                                  the reminder's transaction, before commit (P10, P12).
 - `error.before_write`          — an error is about to be reported with the lease (P7).
 - `dispatch.before_add`         — the dispatcher is about to add a job (D2).
 """
@@ -37,6 +39,7 @@ POINTS: tuple[str, ...] = (
     "export.after_result",
     "reminder.after_lease_check",
     "reminder.after_event",
+    "reminder.after_completion",
     "error.before_write",
     "dispatch.before_add",
 )
