@@ -126,6 +126,15 @@ class Ledger:
             self._check_idle()
             raise
 
+    @contextlib.asynccontextmanager
+    async def fresh_connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A connection outside the pool, for the error report of a run whose pooled
+        connection broke (P7): the broken one is still checked out, so a pool of one
+        would make the report wait for itself."""
+        conn = await psycopg.AsyncConnection.connect(self.database_url, **_CONNECT_KWARGS)
+        async with conn:
+            yield conn
+
     def _check_idle(self) -> None:
         """After a connection error, test the idle pooled connections in the background so
         later checkouts do not each meet a dead one (at most one check at a time)."""

@@ -126,7 +126,7 @@ async def _report_failure(ctx: TaskContext, conn: Any, lease: Lease, err: Except
     statement = "report_final" if final else "report_retryable"
     try:
         if conn.broken or conn.closed:
-            async with ctx.db().connection() as fresh:
+            async with ctx.db().fresh_connection() as fresh:
                 await leased_update(fresh, lease, statement, during="error report",
                                     last_error=text)
         else:

@@ -6,21 +6,26 @@ Real PostgreSQL; clocks are compressed by ageing rows (explicit `updated_at` /
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 
-from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType
+from teamdesk import devservices
+from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket
+from teamdesk.services import exports
 from teamdesk.services.tasks import retry_task
 from teamdesk.tasks import ledger as ledger_module
 from teamdesk.tasks.dispatcher import STALLED_ERROR, dispatch_tasks
 from teamdesk.tasks.lease import claim
 from teamdesk.tasks.ledger import QUERIES, Ledger
 from teamdesk.tasks.queue import create_task_queue
+from tests.integration.conftest import enqueue, task_row
 
 ROOT = Path(__file__).resolve().parents[2] / "teamdesk"
 
@@ -195,3 +200,49 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
     report = await dispatch_tasks(sessions, queue, settings)
     assert report.recovered_stale == 1  # the new round's first stall: recovered, not failed
     assert (await _row(sessions, task_id)).stale_recoveries == 1
+
+
+# ---------------------------------------------------------------- PostgreSQL restarts
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")),
+                    reason="restarts the embedded PostgreSQL; not done to a given server")
+async def test_postgres_restart_mid_export_fails_into_retry_and_completes_whole(
+        settings, sessions, demo, queue, start_worker, recorder, gates):
+    """Issue 11, P3, P5, P7: no pre-ping per checkout. PostgreSQL is restarted (fast
+    shutdown: every connection cut) while an export holds its pooled connection between
+    two batches. Its next fenced write fails on the broken connection; the error report
+    takes a fresh connection and writes WAITING with the lease (P7); the queue retries the
+    same run, the pool has replaced the connection, and the export completes with the
+    whole CSV — nothing half-written. A task that starts afterwards needs no retry.
+
+    The suite's embedded server is restarted on its port and data folder, and is up again
+    before this test ends (other tests' engines reconnect with their own pre-ping)."""
+    async with sessions() as s:
+        first = await exports.request_export(s, "acme", "ben", {})
+    gate = gates.gate("export.after_read", actor="W")
+    await start_worker("W")
+    job = await enqueue(queue, first.id, backoff={"type": "fixed", "delay": 50})
+    await gate.reached()
+    await asyncio.to_thread(devservices.restart_postgres)
+    gate.release()
+
+    failed = await recorder.wait_for("failed", job_id=job.id)
+    assert (failed["exhausted"], failed["attempts_made"]) == (False, 1)
+    await recorder.wait_for("completed", job_id=job.id)
+    row = await task_row(sessions, first.id)
+    async with sessions() as s:
+        tickets = await s.scalar(select(func.count()).select_from(Ticket).where(
+            Ticket.team_id == "acme", Ticket.deleted_at.is_(None)))
+    assert (row["status"], row["attempts"], row["progress"], row["execution_id"]) == (
+        TaskStatus.COMPLETED, 2, 100, None)
+    assert row["last_error"] == ("Attempt 1 of 3 failed with a temporary error; retrying "
+                                 "automatically.")
+    assert len(row["result_csv"].splitlines()) == tickets + 1  # header + every ticket
+
+    async with sessions() as s:
+        second = await exports.request_export(s, "acme", "ben", {"priority": ["HIGH"]})
+    job2 = await enqueue(queue, second.id)
+    await recorder.wait_for("completed", job_id=job2.id)
+    row2 = await task_row(sessions, second.id)
+    assert (row2["status"], row2["attempts"], row2["last_error"]) == (
+        TaskStatus.COMPLETED, 1, None)
