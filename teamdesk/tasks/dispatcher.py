@@ -124,7 +124,10 @@ class DispatchReport:
     failed_stalled: int = 0
 
     def __str__(self) -> str:
-        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        # `failed_stalled` (D9, added later) shows only when something happened, so the
+        # line the notebooks and logs print for an ordinary tick keeps its shape.
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                        if f.name != "failed_stalled" or self.failed_stalled)
 
 
 class _Outcome(enum.Enum):

@@ -1,8 +1,13 @@
 """`process_task`: the BullMQ processor with the lease discipline of ch. 26 (P1–P9).
 
-    load → skip old runs and COMPLETED (P1) → claim a fresh lease (P2) → run the executor,
-    every write fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) →
-    on other errors report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+    claim a fresh lease, returning the claimed row (P2) → if it matched nothing, a cheap
+    read says why: old run or COMPLETED is skipped (P1) → run the executor, every write
+    fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) → on other errors
+    report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+
+The claim's `id, run, status IN (WAITING, RUNNING)` condition already excludes old runs
+and finished tasks, so claiming first and reading only on a miss is P1 in one round trip
+on the common path. One connection from `ctx.ledger` serves the whole run (issue 11).
 
 Returning normally does not prove this execution produced the result: the ledger's
 status, body and expiry are the truth (ch. 26 §4).

@@ -186,6 +186,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
             assert (row.status, row.stale_recoveries, row.execution_id, row.last_error) == (
                 TaskStatus.FAILED, 3, None, STALLED_ERROR)
             assert "three times" in STALLED_ERROR and "Retry" in STALLED_ERROR
+            assert "failed_stalled=1" in str(report)  # shown in the tick's log line
     # A FAILED row is never recovered again, however old.
     await _age_updated(sessions, task_id, 600)
     assert (await dispatch_tasks(sessions, queue, settings)).failed_stalled == 0
