@@ -147,6 +147,9 @@ class _Row:
     execution_id: str | None
     #: D2's `max(0, run_at - now)`, computed by the database in its own clock.
     delay_ms: int
+    #: Found by the re-check half of the scan (dispatched before): its job most likely
+    #: exists and is queued, so its state is asked first (see `_Tick.reconcile_one`).
+    rechecked: bool = False
 
 
 async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
@@ -156,11 +159,13 @@ async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
     `dispatched_at IS NULL OR dispatched_at < cutoff` query walked every WAITING entry
     when nothing was due (9.3 ms at 1M rows); each of these stops where its rows end."""
     limit = settings.dispatch_batch_size
-    rows = await fetch_all(conn, "scan_new", {"limit": limit})
+    rows = [_Row(r.id, r.run, r.execution_id, r.delay_ms)
+            for r in await fetch_all(conn, "scan_new", {"limit": limit})]
     if len(rows) < limit:
-        rows += await fetch_all(conn, "scan_recheck", {
-            "limit": limit - len(rows), "age_s": float(settings.redispatch_age_s)})
-    return [_Row(r.id, r.run, r.execution_id, r.delay_ms) for r in rows]
+        rows += [_Row(r.id, r.run, r.execution_id, r.delay_ms, rechecked=True)
+                 for r in await fetch_all(conn, "scan_recheck", {
+                     "limit": limit - len(rows), "age_s": float(settings.redispatch_age_s)})]
+    return rows
 
 
 async def dispatch_tasks(
@@ -317,6 +322,13 @@ class _Tick:
     async def reconcile_one(self, row: _Row) -> _Outcome:
         """D4 for one row; every branch names its rule."""
         job_id = task_job_id(row.id, row.run)
+        get_state = getattr(self.queue, "getJobState", None)
+        if row.rechecked and get_state is not None:
+            # A re-checked row's job is usually still queued (a backlog older than the
+            # re-dispatch age): one state call decides that case, without loading and
+            # parsing the job. Any other answer takes the full path below.
+            if await self._bounded(f"getJobState({job_id})", get_state(job_id)) in QUEUED_STATES:
+                return _Outcome.REFRESHED
         job = await self._bounded(f"getJob({job_id})", self.queue.getJob(job_id))
         if job is None:
             # D4: no job → add (D2).
