@@ -68,18 +68,13 @@ def _plain(value: object) -> object:
 
 
 async def _explain(database_url: str, settings: Settings) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of both halves of the D1 scan (`scan_new`, then
-    `scan_recheck`), with the values a tick binds."""
-    params = {"scan_new": {"limit": settings.dispatch_batch_size},
-              "scan_recheck": {"limit": settings.dispatch_batch_size,
-                               "age_s": float(settings.redispatch_age_s)}}
-    out = []
+    """EXPLAIN (ANALYZE, BUFFERS) of the D1 scan (statement `scan`, both halves), with the
+    values a tick binds."""
+    values = {"limit": settings.dispatch_batch_size, "age_s": float(settings.redispatch_age_s)}
     async with Ledger(database_url).connection() as conn:
-        for name, values in params.items():
-            rows = await (await conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + QUERIES[name], values)).fetchall()
-            out.append(f"-- {name}\n" + "\n".join(r[0] for r in rows))
-    return "\n".join(out)
+        rows = await (await conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + QUERIES["scan"], values)).fetchall()
+    return "\n".join(r[0] for r in rows)
 
 
 async def timed_scans(database_url: str, settings: Settings, n: int) -> tuple[list[float], int]:

@@ -451,6 +451,7 @@ async def profile_worker(base: Settings, n: int) -> None:
     """One in-process worker (create_task_worker + DispatchLoop, tick 0.2 s) under
     cProfile for `n` tasks: total (own) time by package, then the top functions."""
     from teamdesk.tasks.dispatcher import DispatchLoop
+    from teamdesk.tasks.ledger import Ledger
     from teamdesk.tasks.queue import create_task_queue
     from teamdesk.tasks.worker import create_task_worker
 
@@ -458,7 +459,7 @@ async def profile_worker(base: Settings, n: int) -> None:
     settings = world.settings.replace(dispatch_tick_s=0.2)
     queue = create_task_queue(settings)
     worker = None
-    ticks = DispatchLoop(world.sessions, queue, settings)
+    ledger = None
     prof = cProfile.Profile()
     # Log like `teamdesk worker` does (INFO lines, here into memory that is dropped).
     import logging
@@ -471,7 +472,11 @@ async def profile_worker(base: Settings, n: int) -> None:
     logger.setLevel(logging.INFO)
     try:
         await _prepare(world, n)
-        worker = await create_task_worker(settings, world.sessions, actor="profiled")
+        # As `teamdesk worker` does: one pool for the worker and the tick.
+        ledger = await Ledger.pooled(settings.database_url, size=2)
+        worker = await create_task_worker(settings, world.sessions, actor="profiled",
+                                          ledger=ledger)
+        ticks = DispatchLoop(world.sessions, queue, settings, ledger=ledger)
         ticks.start()
         prof.enable()
         t0 = time.perf_counter()
@@ -486,9 +491,11 @@ async def profile_worker(base: Settings, n: int) -> None:
     finally:
         logger.removeHandler(sink)
         logger.setLevel(level)
-        await ticks.stop()
         if worker is not None:
+            await ticks.stop()
             await worker.close(timeout=5)
+        if ledger is not None:
+            await ledger.close()
         with contextlib.suppress(Exception):
             await queue.close()
         await world.close()

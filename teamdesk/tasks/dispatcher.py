@@ -55,7 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.tasks.ledger import Ledger, execute, fetch_all
+from teamdesk.tasks.ledger import Ledger, execute, fetch_all, fetch_one
 from teamdesk.tasks.queue import JOB_NAME, task_job_id
 
 log = logging.getLogger("teamdesk.dispatcher")
@@ -153,19 +153,14 @@ class _Row:
 
 
 async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
-    """The D1 scan in two index-bounded queries: never-dispatched rows first (by
-    `run_at`), then, if the batch has room, rows whose last check is older than
-    `redispatch_age_s` in the database's clock (longest-unchecked first). One combined
-    `dispatched_at IS NULL OR dispatched_at < cutoff` query walked every WAITING entry
-    when nothing was due (9.3 ms at 1M rows); each of these stops where its rows end."""
-    limit = settings.dispatch_batch_size
-    rows = [_Row(r.id, r.run, r.execution_id, r.delay_ms)
-            for r in await fetch_all(conn, "scan_new", {"limit": limit})]
-    if len(rows) < limit:
-        rows += [_Row(r.id, r.run, r.execution_id, r.delay_ms, rechecked=True)
-                 for r in await fetch_all(conn, "scan_recheck", {
-                     "limit": limit - len(rows), "age_s": float(settings.redispatch_age_s)})]
-    return rows
+    """The D1 scan (statement `scan`): never-dispatched rows first (by `run_at`), then
+    rows whose last check is older than `redispatch_age_s` in the database's clock
+    (longest-unchecked first), at most `dispatch_batch_size`. Two index-bounded halves in
+    one round trip: the old single `dispatched_at IS NULL OR dispatched_at < cutoff`
+    query walked every WAITING entry when nothing was due (9.3 ms at 1M rows)."""
+    rows = await fetch_all(conn, "scan", {"limit": settings.dispatch_batch_size,
+                                          "age_s": float(settings.redispatch_age_s)})
+    return [_Row(r.id, r.run, r.execution_id, r.delay_ms, r.rechecked) for r in rows]
 
 
 async def dispatch_tasks(
@@ -213,45 +208,36 @@ async def dispatch_tasks(
         if error is not None:
             raise error  # D8: the round ends here; recovery and purge wait for a later tick
 
-        async with conn.transaction():
-            report.failed_stalled = await fail_stalled(conn, settings)
-            report.recovered_stale = await recover_stale_running(conn, settings)
-        report.purged = await purge_expired_exports(conn)
+        (report.failed_stalled, report.recovered_stale,
+         report.purged) = await recover_and_purge(conn, settings)
 
     log.info("dispatch.tick %s ms=%d", report, round((time.perf_counter() - started) * 1000))
     return report
 
 
-def _stale_params(settings: Settings) -> dict[str, Any]:
-    return {"age_s": float(settings.stale_running_age_s),
-            "max_recoveries": MAX_STALE_RECOVERIES - 1}
+async def recover_and_purge(conn: psycopg.AsyncConnection,
+                            settings: Settings) -> tuple[int, int, int]:
+    """The tick's tail in one statement, all in the database's clock; returns
+    (failed_stalled, recovered_stale, purged).
 
+    D6: RUNNING rows whose `updated_at` is older than `stale_running_age_s` go back to
+    WAITING with `execution_id` and `dispatched_at` cleared, same run (not run+1), and
+    their per-run recovery count goes up. Clearing the lease fences the old executor: its
+    next leased write matches 0 rows (P3, P12); clearing `dispatched_at` puts the row
+    first in the next scan. `updated_at` is advanced by the table's trigger, and export
+    batch progress advances it too, so a slow but live export is not taken away.
 
-async def recover_stale_running(conn: psycopg.AsyncConnection, settings: Settings) -> int:
-    """D6: RUNNING rows whose `updated_at` is older than `stale_running_age_s` — both in
-    the database's clock — go back to WAITING with `execution_id` and `dispatched_at`
-    cleared, same run (not run+1), and their per-run recovery count goes up (D9).
+    D9: a row that is stale again after `MAX_STALE_RECOVERIES - 1` recoveries of the same
+    run ends FAILED with `STALLED_ERROR` instead. Without it a task whose steps keep
+    outlasting the threshold cycles claim → recovery → LeaseLost → re-add forever with a
+    fresh attempt budget.
 
-    Clearing the lease fences the old executor: its next leased write matches 0 rows (P3,
-    P12). Clearing `dispatched_at` puts the row first in the next scan. `updated_at` is
-    advanced by the table's trigger, and export batch progress advances it too, so a slow
-    but live export is not taken away."""
-    return (await execute(conn, "recover_stale", _stale_params(settings))).rowcount
-
-
-async def fail_stalled(conn: psycopg.AsyncConnection, settings: Settings) -> int:
-    """D9: a RUNNING row that is stale again after two recoveries of the same run ends
-    FAILED with `STALLED_ERROR` (condition: RUNNING and still stale, checked by the UPDATE
-    itself). Without it a task whose steps keep outlasting the threshold cycles claim →
-    recovery → LeaseLost → re-add forever with a fresh attempt budget."""
-    return (await execute(conn, "fail_stalled",
-                          {**_stale_params(settings), "last_error": STALLED_ERROR})).rowcount
-
-
-async def purge_expired_exports(conn: psycopg.AsyncConnection) -> int:
-    """D7: clear `result_csv` of EXPORT rows past `expires_at` (database clock); keep the
-    row (and its summary) so the user still sees what happened."""
-    return (await execute(conn, "purge_expired")).rowcount
+    D7: clear `result_csv` of EXPORT rows past `expires_at`; keep the row (and its
+    summary) so the user still sees what happened."""
+    row = await fetch_one(conn, "recover_and_purge", {
+        "age_s": float(settings.stale_running_age_s),
+        "max_recoveries": MAX_STALE_RECOVERIES - 1, "stalled_error": STALLED_ERROR})
+    return row.failed_stalled, row.recovered_stale, row.purged
 
 
 async def _write_outcomes(conn: psycopg.AsyncConnection,
@@ -269,7 +255,8 @@ async def _write_outcomes(conn: psycopg.AsyncConnection,
             report.re_added += 1
     if not marked and not failing:
         return
-    async with conn.transaction():
+    # One transaction only when there are two statements (each alone is atomic).
+    async with conn.transaction() if marked and failing else contextlib.nullcontext():
         if marked:
             # D3: zero rows for a pair is fine — the job may have completed the task
             # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.

@@ -132,25 +132,32 @@ INSERT INTO ticket_events (ticket_id, team_id, kind, actor_id, data)
 VALUES (%(ticket_id)s, %(team_id)s, 'reminder_sent', NULL,
         jsonb_build_object('revision', %(revision)s::int, 'recipient', %(recipient_id)s::text));
 
--- scan_new --
--- D1, first half: WAITING rows never dispatched, earliest run_at first. Served by the
--- partial index ix_background_tasks_undispatched (0002), which holds exactly these rows.
-SELECT id, run, execution_id,
-       greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint AS delay_ms
-  FROM background_tasks
- WHERE status = 'WAITING' AND dispatched_at IS NULL
- ORDER BY run_at
- LIMIT %(limit)s;
-
--- scan_recheck --
--- D1, second half: WAITING rows whose last enqueue check is older than the re-dispatch
--- age, in the database's clock; longest-unchecked first. The ORDER BY matches
--- ix_background_tasks_dispatch (dispatched_at ASC NULLS FIRST, run_at): the scan starts
--- after the NULLs and stops at the cutoff, so nothing due costs one index probe.
-SELECT id, run, execution_id,
-       greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint AS delay_ms
-  FROM background_tasks
- WHERE status = 'WAITING' AND dispatched_at < now() - make_interval(secs => %(age_s)s)
+-- scan --
+-- D1: at most %(limit)s WAITING rows, in two index-bounded halves read in one round trip:
+-- never dispatched (partial index ix_background_tasks_undispatched, 0002, which holds
+-- exactly these rows), and last checked before now() - the re-dispatch age in the
+-- database's clock (ix_background_tasks_dispatch: the scan starts after the NULLs and
+-- stops at the cutoff). Each half stops where its rows end, so nothing due costs two
+-- index probes; the old single `IS NULL OR <` condition walked every WAITING entry. The
+-- final sort orders at most 2 × limit rows: never-dispatched first, then
+-- longest-unchecked, then run_at. `rechecked` says which half a row came from.
+SELECT id, run, execution_id, delay_ms, rechecked
+  FROM ((SELECT id, run, execution_id, dispatched_at, run_at, false AS rechecked,
+                greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
+                    AS delay_ms
+           FROM background_tasks
+          WHERE status = 'WAITING' AND dispatched_at IS NULL
+          ORDER BY run_at
+          LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, run, execution_id, dispatched_at, run_at, true AS rechecked,
+                greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
+                    AS delay_ms
+           FROM background_tasks
+          WHERE status = 'WAITING'
+            AND dispatched_at < now() - make_interval(secs => %(age_s)s)
+          ORDER BY dispatched_at ASC NULLS FIRST, run_at
+          LIMIT %(limit)s)) AS due
  ORDER BY dispatched_at ASC NULLS FIRST, run_at
  LIMIT %(limit)s;
 
@@ -168,25 +175,35 @@ UPDATE background_tasks
  WHERE (id, run) IN (SELECT * FROM unnest(%(ids)s::text[], %(runs)s::int[]))
    AND status = 'WAITING' AND execution_id IS NULL;
 
--- fail_stalled --
--- D9: the third stall of the same run ends it FAILED (id, run, RUNNING, still stale).
-UPDATE background_tasks
-   SET status = 'FAILED', execution_id = NULL, last_error = %(last_error)s,
-       stale_recoveries = stale_recoveries + 1
- WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
-   AND stale_recoveries >= %(max_recoveries)s;
-
--- recover_stale --
--- D6: RUNNING rows without a write for the stale age go back to WAITING, same run, lease
--- and dispatched_at cleared; counted per run for D9.
-UPDATE background_tasks
-   SET status = 'WAITING', execution_id = NULL, dispatched_at = NULL,
-       stale_recoveries = stale_recoveries + 1
- WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
-   AND stale_recoveries < %(max_recoveries)s;
-
--- purge_expired --
--- D7: clear the CSV of exports past expires_at; keep the row and its summary.
-UPDATE background_tasks
-   SET result_csv = NULL
- WHERE type = 'EXPORT' AND result_csv IS NOT NULL AND expires_at < now();
+-- recover_and_purge --
+-- The tick's tail, three disjoint UPDATEs in one round trip (each row is touched by at
+-- most one of them: the stall count splits the stale RUNNING rows, and a CSV is only on
+-- COMPLETED rows). All cutoffs are in the database's clock.
+--   D9: a RUNNING row stale again after two recoveries of the same run ends FAILED
+--       (condition RUNNING and still stale, checked by the UPDATE itself);
+--   D6: other stale RUNNING rows go back to WAITING, same run, lease and dispatched_at
+--       cleared, their per-run recovery count + 1;
+--   D7: exports past expires_at lose their CSV; the row and its summary stay.
+WITH failed_stalled AS (
+    UPDATE background_tasks
+       SET status = 'FAILED', execution_id = NULL, last_error = %(stalled_error)s,
+           stale_recoveries = stale_recoveries + 1
+     WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
+       AND stale_recoveries >= %(max_recoveries)s
+    RETURNING 1
+), recovered AS (
+    UPDATE background_tasks
+       SET status = 'WAITING', execution_id = NULL, dispatched_at = NULL,
+           stale_recoveries = stale_recoveries + 1
+     WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
+       AND stale_recoveries < %(max_recoveries)s
+    RETURNING 1
+), purged AS (
+    UPDATE background_tasks
+       SET result_csv = NULL
+     WHERE type = 'EXPORT' AND result_csv IS NOT NULL AND expires_at < now()
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM failed_stalled) AS failed_stalled,
+       (SELECT count(*) FROM recovered) AS recovered_stale,
+       (SELECT count(*) FROM purged) AS purged;
