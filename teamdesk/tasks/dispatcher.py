@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
@@ -51,11 +52,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.tasks.ledger import Ledger, execute, fetch_all, fetch_one
+from teamdesk.tasks.ledger import QUERIES, Ledger, execute, fetch_all, fetch_one
 from teamdesk.tasks.queue import JOB_NAME, task_job_id
 
 log = logging.getLogger("teamdesk.dispatcher")
@@ -161,6 +163,21 @@ async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
     rows = await fetch_all(conn, "scan", {"limit": settings.dispatch_batch_size,
                                           "age_s": float(settings.redispatch_age_s)})
     return [_Row(r.id, r.run, r.execution_id, r.delay_ms, r.rechecked) for r in rows]
+
+
+def scan_query(settings: Settings, now: datetime | None = None) -> TextClause:
+    """The D1 scan as a SQLAlchemy statement, for labs and notebooks that preview which
+    rows a tick would pick (`session.execute(scan_query(settings))`). The same text as the
+    dispatcher's `scan` statement; with `now`, the database's `now()` is replaced by that
+    instant, to preview the scan at another moment. The dispatcher itself never does
+    that: it compares in the database's clock (D6 made precise)."""
+    sql_text = re.sub(r"%\((\w+)\)s", r":\1", QUERIES["scan"])
+    params: dict[str, Any] = {"limit": settings.dispatch_batch_size,
+                              "age_s": float(settings.redispatch_age_s)}
+    if now is not None:
+        sql_text = sql_text.replace("now()", "CAST(:now AS timestamptz)")
+        params["now"] = now
+    return text(sql_text).bindparams(**params)
 
 
 async def dispatch_tasks(

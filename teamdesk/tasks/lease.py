@@ -42,6 +42,19 @@ class Lease:
     run: int
     execution_id: str
 
+    def where(self) -> tuple:
+        """The fencing condition as SQLAlchemy expressions (lease AND status = RUNNING), for
+        notebooks and labs that write through a session; the task path itself uses the
+        fenced statements of `queries.sql`."""
+        from teamdesk.db.models import BackgroundTask, TaskStatus
+
+        return (
+            BackgroundTask.id == self.task_id,
+            BackgroundTask.run == self.run,
+            BackgroundTask.execution_id == self.execution_id,
+            BackgroundTask.status == TaskStatus.RUNNING,
+        )
+
     def params(self) -> dict[str, Any]:
         """The fencing parameters: `id, run, execution_id` (the statement adds RUNNING)."""
         return {"task_id": self.task_id, "run": self.run, "execution_id": self.execution_id}
@@ -64,16 +77,29 @@ async def claim(conn: psycopg.AsyncConnection, task_id: str, run: int,
     return (Lease(task_id, run, execution_id), row) if row is not None else None
 
 
-async def leased_update(conn: psycopg.AsyncConnection, lease: Lease, statement: str, *,
+async def leased_update(conn: Any, lease: Lease, statement: str | None = None, *,
                         during: str = "write", **values: Any) -> None:
     """Run fenced statement `statement` with the lease filled in; `LeaseLost` unless
     exactly one row matched (P3, P5, P7, P10).
 
     It runs on the caller's connection, hence inside the caller's transaction when there
     is one (the reminder, P10): there, raising is what rolls the other writes back —
-    never signal a lost lease by returning."""
-    if statement not in FENCED:
-        raise ValueError(f"{statement!r} is not a lease-fenced statement")
-    cursor = await execute(conn, statement, {**values, **lease.params()})
-    if cursor.rowcount != 1:
+    never signal a lost lease by returning. `conn` is the task path's psycopg connection;
+    an SQLAlchemy `AsyncSession` is accepted too (notebooks show the gate inside a session
+    transaction): then `values` are the columns to set, under the same fence."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        if statement not in FENCED:
+            raise ValueError(f"{statement!r} is not a lease-fenced statement")
+        rowcount = (await execute(conn, statement, {**values, **lease.params()})).rowcount
+    else:
+        from sqlalchemy import update
+
+        from teamdesk.db.models import BackgroundTask
+
+        if statement is not None:
+            raise ValueError("a session writes columns (values), not a named statement")
+        rowcount = (await conn.execute(
+            update(BackgroundTask).where(*lease.where()).values(**values)
+            .execution_options(synchronize_session=False))).rowcount
+    if rowcount != 1:
         raise LeaseLost(lease, during)
