@@ -134,15 +134,16 @@ VALUES (%(ticket_id)s, %(team_id)s, 'reminder_sent', NULL,
 
 -- scan --
 -- D1: at most %(limit)s WAITING rows, in two index-bounded halves read in one round trip:
--- never dispatched (partial index ix_background_tasks_undispatched, 0002, which holds
--- exactly these rows), and last checked before now() - the re-dispatch age in the
--- database's clock (ix_background_tasks_dispatch: the scan starts after the NULLs and
--- stops at the cutoff). Each half stops where its rows end, so nothing due costs two
--- index probes; the old single `IS NULL OR <` condition walked every WAITING entry. The
--- final sort orders at most 2 × limit rows: never-dispatched first, then
--- longest-unchecked, then run_at. `rechecked` says which half a row came from.
+-- first the rows never dispatched, by run_at (partial index
+-- ix_background_tasks_undispatched, 0002, which holds exactly these rows), then the rows
+-- last checked before now() - the re-dispatch age, in the database's clock, longest-
+-- unchecked first (ix_background_tasks_dispatch: the scan starts after the NULLs and
+-- stops at the cutoff). UNION ALL is executed child by child (an Append node), so the
+-- outer LIMIT stops before the second half when the first fills the batch, and the rows
+-- come out in that order. Nothing due costs two index probes; the old single
+-- `IS NULL OR <` condition walked every WAITING entry. `rechecked` says which half.
 SELECT id, run, execution_id, delay_ms, rechecked
-  FROM ((SELECT id, run, execution_id, dispatched_at, run_at, false AS rechecked,
+  FROM ((SELECT id, run, execution_id, false AS rechecked,
                 greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
                     AS delay_ms
            FROM background_tasks
@@ -150,7 +151,7 @@ SELECT id, run, execution_id, delay_ms, rechecked
           ORDER BY run_at
           LIMIT %(limit)s)
         UNION ALL
-        (SELECT id, run, execution_id, dispatched_at, run_at, true AS rechecked,
+        (SELECT id, run, execution_id, true AS rechecked,
                 greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
                     AS delay_ms
            FROM background_tasks
@@ -158,7 +159,6 @@ SELECT id, run, execution_id, delay_ms, rechecked
             AND dispatched_at < now() - make_interval(secs => %(age_s)s)
           ORDER BY dispatched_at ASC NULLS FIRST, run_at
           LIMIT %(limit)s)) AS due
- ORDER BY dispatched_at ASC NULLS FIRST, run_at
  LIMIT %(limit)s;
 
 -- mark_dispatched --
