@@ -29,18 +29,18 @@ import os
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 from sqlalchemy import text
 
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
-from benchmarks.dispatch import _explain, _fill
+from benchmarks.dispatch import _explain, _fill, timed_scans
 from benchmarks.pipeline import PIPELINE_TIMINGS, Progress, _counts, _insert_tasks, _prepare
 from teamdesk import devservices
 from teamdesk.config import Settings
-from teamdesk.tasks.dispatcher import dispatch_tasks, scan_query
+from teamdesk.tasks.dispatcher import dispatch_tasks
+from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue
 
 
@@ -73,16 +73,10 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
             ).scalar_one()
         print(f"    filled in {time.perf_counter() - t0:.1f} s: {counts}, table + indexes "
               f"{size}", flush=True)
-        now = datetime.now(UTC)
-        timings = []
-        for _ in range(scans):
-            async with sessions() as s:
-                t = time.perf_counter()
-                found = (await s.execute(scan_query(settings, now))).all()
-                timings.append((time.perf_counter() - t) * 1000)
-        plan = await _explain(sessions, settings, now)
+        timings, found = await timed_scans(url, settings, scans)
+        plan = await _explain(url, settings)
         assert "Seq Scan on background_tasks" not in plan, plan
-        assert "ix_background_tasks_dispatch" in plan, plan
+        assert "ix_background_tasks_undispatched" in plan, plan
         # Idle tick: nothing due (every WAITING row checked just now). The mass UPDATE
         # leaves dead index entries a live system's autovacuum would have removed long
         # ago: vacuum them so the tick is measured in a steady state.
@@ -92,20 +86,21 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             await conn.execute(text("VACUUM ANALYZE background_tasks"))
-        idle_scans, idle = [], []
-        for _ in range(scans):
-            now = datetime.now(UTC)
-            async with sessions() as s:
+        idle_scans, empty = await timed_scans(url, settings, scans)
+        assert empty == 0
+        idle = []
+        ledger = await Ledger.pooled(url, size=1)
+        try:
+            for _ in range(scans):
                 t = time.perf_counter()
-                assert (await s.execute(scan_query(settings, now))).all() == []
-                idle_scans.append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            report = await dispatch_tasks(sessions, queue, settings)
-            idle.append((time.perf_counter() - t) * 1000)
+                report = await dispatch_tasks(sessions, queue, settings, ledger=ledger)
+                idle.append((time.perf_counter() - t) * 1000)
+        finally:
+            await ledger.close()
         assert report.scanned == 0
-        idle_plan = await _explain(sessions, settings, datetime.now(UTC))
+        idle_plan = await _explain(url, settings)
         assert "Seq Scan on background_tasks" not in idle_plan, idle_plan
-        print(f"    D1 scan with work due ({len(found)} rows returned): median "
+        print(f"    D1 scan with work due ({found} rows returned): median "
               f"{statistics.median(timings):.2f} ms, max {max(timings):.2f} ms over {scans} "
               f"scans\n      plan: {_plan_facts(plan)}", flush=True)
         print(f"    D1 scan with nothing due: median {statistics.median(idle_scans):.2f} ms"

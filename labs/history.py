@@ -60,6 +60,7 @@ POINT_OPS: dict[str, tuple[str, str]] = {
     "export.after_result": ("ok", "result"),
     "reminder.after_lease_check": ("invoke", "remind"),
     "reminder.after_event": ("info", "remind"),
+    "reminder.after_completion": ("info", "remind"),
     "error.before_write": ("invoke", "error report"),
     "dispatch.before_add": ("invoke", "add"),
 }

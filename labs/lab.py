@@ -731,24 +731,23 @@ class Lab:
 
     # ------------------------------------------------------------ the dispatcher
 
-    async def dispatch(self, *, now: datetime | None = None, queue: Any = None) -> Any:
+    async def dispatch(self, *, queue: Any = None) -> Any:
         """Run one dispatcher scan (`teamdesk.tasks.dispatcher.dispatch_tasks`) on this
         lab and return its `DispatchReport` (scanned, added, refreshed, re_added,
-        failed_from_queue, recovered_stale, purged).
+        failed_from_queue, recovered_stale, purged, failed_stalled).
 
-        `now` moves the dispatcher's clock (e.g. `now=datetime.now(UTC) +
-        timedelta(seconds=121)` makes RUNNING rows look stale, D6) without waiting;
-        `queue` replaces the lab's queue (e.g. one built on a proxy's settings). A failing
-        scan raises here, in your cell, and is recorded in the history."""
+        The dispatcher compares times in the database's clock (D6 made precise), so its
+        clock cannot be moved from here: age a task instead (`await lab.age(task_id, 121)`
+        makes a RUNNING row look stale, D6). `queue` replaces the lab's queue (e.g. one
+        built on a proxy's settings). A failing scan raises here, in your cell, and is
+        recorded in the history."""
         from teamdesk.tasks.dispatcher import dispatch_tasks
 
         self._require_open()
         token = _scope.SCOPE.set(_scope.Scope(self, "dispatcher"))
-        self.history.add(actor="dispatcher", type="invoke", op="dispatch",
-                         detail=f"now={now.isoformat()}" if now else "")
+        self.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="")
         try:
-            report = await dispatch_tasks(self.sessions, queue or self.queue, self.settings,
-                                          now=now)
+            report = await dispatch_tasks(self.sessions, queue or self.queue, self.settings)
         except Exception as err:
             self.history.add(actor="dispatcher", type="fail", op="dispatch",
                              detail=f"{type(err).__name__}: {err}")
@@ -757,6 +756,21 @@ class Lab:
             _scope.SCOPE.reset(token)
         self.history.add(actor="dispatcher", type="ok", op="dispatch", detail=str(report))
         return report
+
+    async def age(self, task_id: str, seconds: float) -> None:
+        """Compress the clock for one task: move its `updated_at`, `dispatched_at` and
+        `expires_at` `seconds` into the past, as if that much time had passed since each
+        was stamped (D1's 30 s re-check, D6's 120 s stale age, D7's expiry). An UPDATE that
+        sets `updated_at` itself keeps its value (the migration's trigger)."""
+        from sqlalchemy import text, update
+
+        self._require_open()
+        shift = text(f"interval '{float(seconds)} seconds'")
+        t = BackgroundTask
+        async with self.sessions() as session, session.begin():
+            await session.execute(update(t).where(t.id == task_id).values(
+                updated_at=t.updated_at - shift, dispatched_at=t.dispatched_at - shift,
+                expires_at=t.expires_at - shift))
 
     # ------------------------------------------------------------ services (thin wrappers)
 

@@ -149,6 +149,8 @@ async def _task_rows(settings: Settings, limit: int) -> list[dict]:
         return [
             {"id": t.id, "type": t.type.value, "run": t.run, "status": t.status.value,
              "attempts": t.attempts, "progress": t.progress,
+             # D9: stale recoveries of this run (the third one fails it).
+             "stalls": t.stale_recoveries,
              "execution": (t.execution_id or "")[:8],
              "dispatched_at": t.dispatched_at.strftime("%H:%M:%S") if t.dispatched_at else "",
              "job_id": task_job_id(t.id, t.run), "queue": state}

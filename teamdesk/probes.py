@@ -16,8 +16,8 @@ Points announced (keep this list in step with the code; `POINTS` is checked by a
 - `export.after_result`         — result committed, before `update_progress(100)` (P9).
 - `reminder.after_lease_check`  — inside the team-locked transaction, eligibility read (P10).
 - `reminder.after_event`        — notification, version and event written, before completion.
-- `reminder.after_completion`   — the completion UPDATE matched, not yet committed: the row
-                                  lock is held, so a concurrent claim waits on it (P12).
+- `reminder.after_completion`   — the lease-conditioned completion UPDATE matched, inside
+                                  the reminder's transaction, before commit (P10, P12).
 - `error.before_write`          — an error is about to be reported with the lease (P7).
 - `dispatch.before_add`         — the dispatcher is about to add a job (D2).
 """

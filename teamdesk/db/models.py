@@ -181,6 +181,9 @@ class BackgroundTask(Base):
         # D1: WAITING rows, oldest check first, NULL (never dispatched) first.
         Index("ix_background_tasks_dispatch", text("dispatched_at ASC NULLS FIRST"), "run_at",
               postgresql_where=text("status = 'WAITING'")),
+        # D1, first half of the scan: WAITING rows never dispatched, by run_at (0002).
+        Index("ix_background_tasks_undispatched", "run_at",
+              postgresql_where=text("status = 'WAITING' AND dispatched_at IS NULL")),
         # D6: RUNNING rows by how long since they last moved.
         Index("ix_background_tasks_stale_running", "updated_at",
               postgresql_where=text("status = 'RUNNING'")),
@@ -223,3 +226,6 @@ class BackgroundTask(Base):
     result_csv: Mapped[str | None] = mapped_column(Text)
     result_summary: Mapped[str | None] = mapped_column(Text)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: How many times D6 recovered this run; the third stale finding fails it (D9). A
+    #: manual retry starts the count again (R2).
+    stale_recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

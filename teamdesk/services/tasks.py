@@ -61,7 +61,8 @@ async def retry_task(session: AsyncSession, team_id: str, user_id: str,
         await _require_owner_staff(session, task)
         values = dict(run=task.run + 1, status=TaskStatus.WAITING, progress=0, attempts=0,
                       last_error=None, execution_id=None, dispatched_at=None, result_csv=None,
-                      result_summary=None, expires_at=None, run_at=datetime.now(UTC))
+                      result_summary=None, expires_at=None, run_at=datetime.now(UTC),
+                      stale_recoveries=0)  # D9 counts per run
         await session.execute(
             update(BackgroundTask)
             .where(BackgroundTask.id == task.id, BackgroundTask.run == task.run,

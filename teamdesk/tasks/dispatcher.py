@@ -14,7 +14,8 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
    whose add or refresh succeeded, only *after* it succeeded. Zero rows matched is fine
    (the job may already have completed the task); a COMPLETED row is never turned back.
 4. **Recover** (D6) RUNNING rows whose `updated_at` has not moved for
-   `stale_running_age_s`: back to WAITING, same run, lease and `dispatched_at` cleared.
+   `stale_running_age_s`: back to WAITING, same run, lease and `dispatched_at` cleared —
+   except the third stall of the same run, which ends FAILED (D9).
 5. **Purge** (D7) the CSV of exports past `expires_at`; the row stays. Download checks
    expiry itself (X2), so a late purge never serves an expired file.
 
@@ -23,6 +24,12 @@ and purge steps of that tick do not run; the rows whose add already succeeded ar
 marked. Every Redis call is bounded by `settings.redis_timeout_s`, so a tick against a
 dead or hung Redis raises within seconds instead of the Python bullmq port's silent
 ~350 s of retries (ARCHITECTURE.md, "Python bullmq quirks").
+
+Every time comparison is made in the database's clock (`now()` in `queries.sql`, D6 made
+precise): `updated_at` and `dispatched_at` are stamped there, so a dispatcher host whose
+clock is off neither recovers live tasks nor delays recovery. Tests and labs compress the
+clock by ageing rows, not by passing another `now`. The SQL runs on one connection per
+tick, checked out of the `Ledger` (issue 11).
 
 Duplicate dispatch is the normal case, not an accident (D5): two dispatchers, or a
 re-check after 30 s, may look at the same task; the fixed job id de-duplicates only while
@@ -37,18 +44,20 @@ import asyncio
 import contextlib
 import enum
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Select, select, tuple_, update
+import psycopg
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType
+from teamdesk.tasks.ledger import QUERIES, Ledger, execute, fetch_all, fetch_one
 from teamdesk.tasks.queue import JOB_NAME, task_job_id
 
 log = logging.getLogger("teamdesk.dispatcher")
@@ -62,6 +71,13 @@ QUEUED_STATES = frozenset(
 #: it (D4 failed branch, W3). No driver text, no stack trace (P8).
 QUEUE_FAILED_ERROR = ("Failed: the queue gave up on this round and no executor holds it. "
                       "Use Retry to start a new round.")
+
+#: D9: the recovery that would be the third of the same run fails the task instead.
+MAX_STALE_RECOVERIES = 3
+
+#: The fixed, readable `last_error` of a run that stalled `MAX_STALE_RECOVERIES` times (D9).
+STALLED_ERROR = ("Failed: this round stalled three times (no progress for the stale-running "
+                 "age each time). Use Retry to start a new round.")
 
 #: How many rows of one scan are reconciled at the same time. Each row's own steps stay in
 #: order (look up → add → mark); only different rows overlap, which hides Redis round-trip
@@ -106,9 +122,14 @@ class DispatchReport:
     recovered_stale: int = 0
     #: Expired export CSVs cleared (D7).
     purged: int = 0
+    #: RUNNING rows stale for the third time in the same run, set FAILED (D9).
+    failed_stalled: int = 0
 
     def __str__(self) -> str:
-        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        # `failed_stalled` (D9, added later) shows only when something happened, so the
+        # line the notebooks and logs print for an ordinary tick keeps its shape.
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                        if f.name != "failed_stalled" or self.failed_stalled)
 
 
 class _Outcome(enum.Enum):
@@ -125,52 +146,69 @@ class _Outcome(enum.Enum):
 class _Row:
     id: str
     run: int
-    run_at: datetime
     execution_id: str | None
+    #: D2's `max(0, run_at - now)`, computed by the database in its own clock.
+    delay_ms: int
+    #: Found by the re-check half of the scan (dispatched before): its job most likely
+    #: exists and is queued, so its state is asked first (see `_Tick.reconcile_one`).
+    rechecked: bool = False
 
 
-def scan_query(settings: Settings, now: datetime) -> Select:
-    """The D1 scan: WAITING and (never dispatched or last checked before now - 30 s),
-    never-dispatched first, then longest-unchecked, then earliest `run_at`; at most
-    `dispatch_batch_size` rows. Served by the partial index `ix_background_tasks_dispatch`
-    (`dispatched_at ASC NULLS FIRST, run_at WHERE status = 'WAITING'`)."""
-    cutoff = now - timedelta(seconds=settings.redispatch_age_s)
-    t = BackgroundTask
-    return (
-        select(t.id, t.run, t.run_at, t.execution_id)
-        .where(t.status == TaskStatus.WAITING,
-               (t.dispatched_at.is_(None)) | (t.dispatched_at < cutoff))
-        .order_by(t.dispatched_at.asc().nulls_first(), t.run_at.asc())
-        .limit(settings.dispatch_batch_size)
-    )
+async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
+    """The D1 scan (statement `scan`): never-dispatched rows first (by `run_at`), then
+    rows whose last check is older than `redispatch_age_s` in the database's clock
+    (longest-unchecked first), at most `dispatch_batch_size`. Two index-bounded halves in
+    one round trip: the old single `dispatched_at IS NULL OR dispatched_at < cutoff`
+    query walked every WAITING entry when nothing was due (9.3 ms at 1M rows)."""
+    rows = await fetch_all(conn, "scan", {"limit": settings.dispatch_batch_size,
+                                          "age_s": float(settings.redispatch_age_s)})
+    return [_Row(r.id, r.run, r.execution_id, r.delay_ms, r.rechecked) for r in rows]
+
+
+def scan_query(settings: Settings, now: datetime | None = None) -> TextClause:
+    """The D1 scan as a SQLAlchemy statement, for labs and notebooks that preview which
+    rows a tick would pick (`session.execute(scan_query(settings))`). The same text as the
+    dispatcher's `scan` statement; with `now`, the database's `now()` is replaced by that
+    instant, to preview the scan at another moment. The dispatcher itself never does
+    that: it compares in the database's clock (D6 made precise)."""
+    sql_text = re.sub(r"%\((\w+)\)s", r":\1", QUERIES["scan"])
+    params: dict[str, Any] = {"limit": settings.dispatch_batch_size,
+                              "age_s": float(settings.redispatch_age_s)}
+    if now is not None:
+        sql_text = sql_text.replace("now()", "CAST(:now AS timestamptz)")
+        params["now"] = now
+    return text(sql_text).bindparams(**params)
 
 
 async def dispatch_tasks(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession] | None,
     queue: DispatchQueue,
     settings: Settings,
     *,
     now: datetime | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    ledger: Ledger | None = None,
 ) -> DispatchReport:
-    """Run one dispatcher tick (D1–D7) and return what it did.
+    """Run one dispatcher tick (D1–D7, D9) and return what it did.
 
-    `now` defaults to the wall clock; a test or lab may pass another instant to move the
-    30 s / 120 s / expiry clocks without waiting. Raises on the first Redis or database
-    error (D8): a Redis call that does not answer within `settings.redis_timeout_s` raises
-    `QueueTimeout`.
+    The SQL runs on one connection from `ledger` (default: one fresh connection to
+    `settings.database_url` for this tick); `sessions` is no longer used and kept so
+    callers need not change. `now` is ignored: every time comparison is made in the
+    database's clock (D6 made precise); age rows to move a task's clock. Raises on the
+    first Redis or database error (D8): a Redis call that does not answer within
+    `settings.redis_timeout_s` raises `QueueTimeout`.
     """
+    del sessions, now  # see the docstring: kept for the callers' signature only
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-    now = now or datetime.now(UTC)
     started = time.perf_counter()
     report = DispatchReport()
-    tick = _Tick(queue, settings, now)
-    async with sessions() as session:
-        # D1: a short read transaction. No row lock is held across the Redis calls: an
-        # executor's claim (P2) must never wait for the dispatcher.
-        async with session.begin():
-            rows = [_Row(*r) for r in (await session.execute(scan_query(settings, now))).all()]
+    tick = _Tick(queue, settings)
+    ledger = ledger or Ledger(settings.database_url or "")
+    async with ledger.connection() as conn:
+        # D1: autocommit reads. No row lock is held across the Redis calls: an executor's
+        # claim (P2) must never wait for the dispatcher.
+        rows = await scan(conn, settings)
         report.scanned = len(rows)
 
         outcomes, error = await tick.reconcile(rows, concurrency)
@@ -178,7 +216,7 @@ async def dispatch_tasks(
         # D3: mark only the rows whose add/refresh succeeded, after it succeeded, with the
         # id + run + WAITING condition. D4: fail what the queue gave up on, conditionally.
         try:
-            await _write_outcomes(session, outcomes, now, report)
+            await _write_outcomes(conn, outcomes, report)
         except Exception as write_error:
             if error is None:
                 raise
@@ -187,52 +225,44 @@ async def dispatch_tasks(
         if error is not None:
             raise error  # D8: the round ends here; recovery and purge wait for a later tick
 
-        async with session.begin():
-            report.recovered_stale = await recover_stale_running(session, settings, now)
-        async with session.begin():
-            report.purged = await purge_expired_exports(session, now)
+        (report.failed_stalled, report.recovered_stale,
+         report.purged) = await recover_and_purge(conn, settings)
 
     log.info("dispatch.tick %s ms=%d", report, round((time.perf_counter() - started) * 1000))
     return report
 
 
-async def recover_stale_running(session: AsyncSession, settings: Settings,
-                                now: datetime) -> int:
-    """D6: RUNNING rows whose `updated_at` is older than `stale_running_age_s` go back to
-    WAITING with `execution_id` and `dispatched_at` cleared, same run (not run+1).
+async def recover_and_purge(conn: psycopg.AsyncConnection,
+                            settings: Settings) -> tuple[int, int, int]:
+    """The tick's tail in one statement, all in the database's clock; returns
+    (failed_stalled, recovered_stale, purged).
 
-    Clearing the lease fences the old executor: its next leased write matches 0 rows (P3,
-    P12). Clearing `dispatched_at` puts the row first in the next scan. `updated_at` is
-    advanced by the table's trigger, and export batch progress advances it too, so a slow
-    but live export is not taken away."""
-    t = BackgroundTask
-    result = await session.execute(
-        update(t)
-        .where(t.status == TaskStatus.RUNNING,
-               t.updated_at < now - timedelta(seconds=settings.stale_running_age_s))
-        .values(status=TaskStatus.WAITING, execution_id=None, dispatched_at=None)
-        .execution_options(synchronize_session=False))
-    return result.rowcount
+    D6: RUNNING rows whose `updated_at` is older than `stale_running_age_s` go back to
+    WAITING with `execution_id` and `dispatched_at` cleared, same run (not run+1), and
+    their per-run recovery count goes up. Clearing the lease fences the old executor: its
+    next leased write matches 0 rows (P3, P12); clearing `dispatched_at` puts the row
+    first in the next scan. `updated_at` is advanced by the table's trigger, and export
+    batch progress advances it too, so a slow but live export is not taken away.
 
+    D9: a row that is stale again after `MAX_STALE_RECOVERIES - 1` recoveries of the same
+    run ends FAILED with `STALLED_ERROR` instead. Without it a task whose steps keep
+    outlasting the threshold cycles claim → recovery → LeaseLost → re-add forever with a
+    fresh attempt budget.
 
-async def purge_expired_exports(session: AsyncSession, now: datetime) -> int:
-    """D7: clear `result_csv` of EXPORT rows past `expires_at`; keep the row (and its
+    D7: clear `result_csv` of EXPORT rows past `expires_at`; keep the row (and its
     summary) so the user still sees what happened."""
-    t = BackgroundTask
-    result = await session.execute(
-        update(t)
-        .where(t.type == TaskType.EXPORT, t.result_csv.is_not(None), t.expires_at < now)
-        .values(result_csv=None)
-        .execution_options(synchronize_session=False))
-    return result.rowcount
+    row = await fetch_one(conn, "recover_and_purge", {
+        "age_s": float(settings.stale_running_age_s),
+        "max_recoveries": MAX_STALE_RECOVERIES - 1, "stalled_error": STALLED_ERROR})
+    return row.failed_stalled, row.recovered_stale, row.purged
 
 
-async def _write_outcomes(session: AsyncSession, outcomes: Sequence[tuple[_Row, _Outcome]],
-                          now: datetime, report: DispatchReport) -> None:
-    t = BackgroundTask
-    marked = [(row.id, row.run) for row, o in outcomes
+async def _write_outcomes(conn: psycopg.AsyncConnection,
+                          outcomes: Sequence[tuple[_Row, _Outcome]],
+                          report: DispatchReport) -> None:
+    marked = [row for row, o in outcomes
               if o in (_Outcome.ADDED, _Outcome.REFRESHED, _Outcome.RE_ADDED)]
-    failing = [(row.id, row.run) for row, o in outcomes if o is _Outcome.FAIL]
+    failing = [row for row, o in outcomes if o is _Outcome.FAIL]
     for _row, o in outcomes:
         if o is _Outcome.ADDED:
             report.added += 1
@@ -242,35 +272,29 @@ async def _write_outcomes(session: AsyncSession, outcomes: Sequence[tuple[_Row, 
             report.re_added += 1
     if not marked and not failing:
         return
-    async with session.begin():
+    # One transaction only when there are two statements (each alone is atomic).
+    async with conn.transaction() if marked and failing else contextlib.nullcontext():
         if marked:
             # D3: zero rows for a pair is fine — the job may have completed the task
             # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
-            await session.execute(
-                update(t)
-                .where(tuple_(t.id, t.run).in_(marked), t.status == TaskStatus.WAITING)
-                .values(dispatched_at=now)
-                .execution_options(synchronize_session=False))
+            await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
+                                                    "runs": [r.run for r in marked]})
         if failing:
             # D4 failed branch: only a WAITING row of that run whose lease is empty. A
             # RUNNING row is never failed from the queue's word (its lease may belong to
             # a live executor); D6 must first recover it, and a later tick decides.
-            result = await session.execute(
-                update(t)
-                .where(tuple_(t.id, t.run).in_(failing), t.status == TaskStatus.WAITING,
-                       t.execution_id.is_(None))
-                .values(status=TaskStatus.FAILED, last_error=QUEUE_FAILED_ERROR)
-                .execution_options(synchronize_session=False))
+            result = await execute(conn, "fail_from_queue", {
+                "ids": [r.id for r in failing], "runs": [r.run for r in failing],
+                "last_error": QUEUE_FAILED_ERROR})
             report.failed_from_queue = result.rowcount
 
 
 class _Tick:
     """The Redis side of one tick: reconcile each scanned row with its queue job."""
 
-    def __init__(self, queue: DispatchQueue, settings: Settings, now: datetime) -> None:
+    def __init__(self, queue: DispatchQueue, settings: Settings) -> None:
         self.queue = queue
         self.settings = settings
-        self.now = now
 
     async def reconcile(self, rows: Sequence[_Row], concurrency: int
                         ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
@@ -302,6 +326,13 @@ class _Tick:
     async def reconcile_one(self, row: _Row) -> _Outcome:
         """D4 for one row; every branch names its rule."""
         job_id = task_job_id(row.id, row.run)
+        get_state = getattr(self.queue, "getJobState", None)
+        if row.rechecked and get_state is not None:
+            # A re-checked row's job is usually still queued (a backlog older than the
+            # re-dispatch age): one state call decides that case, without loading and
+            # parsing the job. Any other answer takes the full path below.
+            if await self._bounded(f"getJobState({job_id})", get_state(job_id)) in QUEUED_STATES:
+                return _Outcome.REFRESHED
         job = await self._bounded(f"getJob({job_id})", self.queue.getJob(job_id))
         if job is None:
             # D4: no job → add (D2).
@@ -334,14 +365,14 @@ class _Tick:
 
     async def _add(self, row: _Row, job_id: str) -> None:
         """D2: `add("execute", {taskId, run}, jobId=task_job_id, delay=max(0, run_at-now))`.
-        A future `run_at` becomes a delayed job now (D1: no `run_at <= now` condition)."""
+        A future `run_at` becomes a delayed job now (D1: no `run_at <= now` condition).
+        The delay was computed by the scan in whole milliseconds, in the database's clock
+        (the one `run_at` is written in), as the book's `Math.max(0, runAt - Date.now())`."""
         await probes.announce("dispatch.before_add", task_id=row.id, run=row.run)
-        # Whole milliseconds, as the book's `Math.max(0, runAt - Date.now())`.
-        delay_ms = max(0, (row.run_at - self.now) // timedelta(milliseconds=1))
         await self._bounded(
             f"add({job_id})",
             self.queue.add(JOB_NAME, {"taskId": row.id, "run": row.run},
-                           {"jobId": job_id, "delay": delay_ms}))
+                           {"jobId": job_id, "delay": row.delay_ms}))
 
     async def _bounded(self, what: str, call: Awaitable[Any]) -> Any:
         """Every Redis call of the dispatcher is bounded (ch. 23, D8)."""
@@ -378,8 +409,12 @@ class DispatchLoop:
         *,
         dispatch: DispatchFn = dispatch_tasks,
         listener: LoopListener | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.sessions = sessions
+        #: The worker process's pool, shared with its task worker (issue 11); None: each
+        #: tick opens one connection of its own.
+        self.ledger = ledger
         self.queue = queue
         self.settings = settings
         self.dispatch = dispatch
@@ -454,7 +489,8 @@ class DispatchLoop:
         self.ticks += 1
         self._emit("tick.start", tick=self.ticks)
         try:
-            report = await self.dispatch(self.sessions, self.queue, self.settings)
+            extra = {"ledger": self.ledger} if self.ledger is not None else {}
+            report = await self.dispatch(self.sessions, self.queue, self.settings, **extra)
         except Exception as err:
             self.faults += 1
             self.last_error = err

@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from teamdesk import probes
-from teamdesk.db.models import BackgroundTask, Member, Scope, TaskStatus, Ticket
+from teamdesk.db.models import Role
 from teamdesk.errors import InvalidFilters
-from teamdesk.services.exports import count_matching, export_query, validate_filters
+from teamdesk.services.exports import validate_filters
 from teamdesk.tasks.errors import RejectReason, TaskRejected
-from teamdesk.tasks.lease import Lease, write_with_lease
+from teamdesk.tasks.lease import Lease, leased_update
+from teamdesk.tasks.ledger import fetch_all, fetch_one
 
 if TYPE_CHECKING:
+    import psycopg
+
     from teamdesk.tasks.processor import TaskContext
 
 CSV_COLUMNS = ("id", "title", "status", "priority", "creator_id", "assignee_id", "due_at",
                "created_at")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_STAFF = frozenset(r.value for r in Role if r.is_staff)
 
 
 def neutralise(cell: str) -> str:
@@ -34,14 +36,16 @@ def neutralise(cell: str) -> str:
     return "'" + cell if cell.startswith(_FORMULA_START) else cell
 
 
-def ticket_row(t: Ticket) -> list[str]:
-    values: list[Any] = [t.id, t.title, t.status.value, t.priority.value, t.creator_id,
+def ticket_row(t: Any) -> list[str]:
+    """One CSV line from a ticket: an ORM `Ticket` or a row of `export_batch`."""
+    values: list[Any] = [t.id, t.title, getattr(t.status, "value", t.status),
+                         getattr(t.priority, "value", t.priority), t.creator_id,
                          t.assignee_id or "", t.due_at.isoformat() if t.due_at else "",
                          t.created_at.isoformat()]
     return [neutralise(str(v)) for v in values]
 
 
-def to_csv(tickets: list[Ticket]) -> str:
+def to_csv(tickets: list[Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -49,36 +53,66 @@ def to_csv(tickets: list[Ticket]) -> str:
     return buf.getvalue()
 
 
-async def check_authorization(ctx: TaskContext, task: BackgroundTask) -> dict[str, Any]:
+def filter_params(task: Any, filters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of `export_authorize` / `export_batch`: the same meaning as
+    `services.exports.export_query` (request and execution agree, P8), with NULL for an
+    unused filter so the statement text never changes."""
+    def day(key: str) -> datetime | None:
+        if key not in filters:
+            return None
+        return datetime.combine(date.fromisoformat(filters[key]), datetime.min.time(), UTC)
+
+    created_to = day("created_to")
+    text = filters.get("text")
+    return {
+        "team_id": task.team_id,
+        "owner_id": task.owner_id,
+        "creator_id": task.owner_id if task.scope == "OWN" else None,
+        "statuses": filters.get("status"),
+        "priorities": filters.get("priority"),
+        "created_from": day("created_from"),
+        "created_before": created_to + timedelta(days=1) if created_to else None,
+        "title_pattern": None if text is None else "%" + text.replace("\\", "\\\\").replace(
+            "%", "\\%").replace("_", "\\_") + "%",
+        "assignee_id": filters.get("assignee_id"),
+    }
+
+
+def _require_access(task: Any, role: str | None) -> None:
+    """P8: the owner is still a member, and staff if the export is team-wide."""
+    if role is None or (task.scope == "TEAM" and role not in _STAFF):
+        raise TaskRejected(RejectReason.ACCESS_LOST, f"owner {task.owner_id}")
+
+
+async def check_authorization(ctx: TaskContext, conn: psycopg.AsyncConnection,
+                              task: Any) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Valid filters, owner still a member, staff if team-wide, within the limit; else
-    `TaskRejected` (P8). Returns the validated filters."""
+    `TaskRejected` (P8). Membership and the count come back in one query, and the count is
+    taken once per run. Returns (filters, statement parameters, matching tickets)."""
     try:
         filters = validate_filters(task.filters)
     except InvalidFilters as err:
         raise TaskRejected(RejectReason.INVALID_FILTERS, str(err)) from None
-    async with ctx.sessions() as session:
-        member = await session.scalar(select(Member).where(
-            Member.team_id == task.team_id, Member.user_id == task.owner_id))
-        if member is None or (task.scope is Scope.TEAM and not member.role.is_staff):
-            raise TaskRejected(RejectReason.ACCESS_LOST, f"owner {task.owner_id}")
-        n = await count_matching(session, task.team_id, task.owner_id, task.scope, filters)
-    if n > ctx.settings.export_limit:
-        raise TaskRejected(RejectReason.TOO_LARGE, f"{n} > {ctx.settings.export_limit}")
-    return filters
+    params = filter_params(task, filters)
+    auth = await fetch_one(conn, "export_authorize", params)
+    _require_access(task, auth.role)
+    if auth.matching > ctx.settings.export_limit:
+        raise TaskRejected(RejectReason.TOO_LARGE,
+                           f"{auth.matching} > {ctx.settings.export_limit}")
+    return filters, params, auth.matching
 
 
-async def run_export(ctx: TaskContext, job: Any, lease: Lease, task: BackgroundTask) -> str:
-    filters = await check_authorization(ctx, task)
-    base = export_query(task.team_id, task.owner_id, task.scope, filters)
-    async with ctx.sessions() as session:
-        total = await count_matching(session, task.team_id, task.owner_id, task.scope, filters)
-    rows: list[Ticket] = []
+async def run_export(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, lease: Lease,
+                     task: Any) -> str:
+    """X1, P4, P5 on the run's connection; `task` is the row the claim returned."""
+    filters, params, total = await check_authorization(ctx, conn, task)
+    batch_size = ctx.settings.export_batch_size
+    rows: list[Any] = []
     last_id = 0
     batch_no = 0
     while True:
-        async with ctx.sessions() as session:
-            batch = list((await session.scalars(
-                base.where(Ticket.id > last_id).limit(ctx.settings.export_batch_size))).all())
+        batch = await fetch_all(conn, "export_batch",
+                                {**params, "after_id": last_id, "batch_size": batch_size})
         if not batch:
             break
         batch_no += 1
@@ -89,24 +123,25 @@ async def run_export(ctx: TaskContext, job: Any, lease: Lease, task: BackgroundT
         await probes.announce("export.after_read", **ctx_args)
         progress = min(99, int(len(rows) * 100 / max(total, 1)))
         # P4: ledger first (also advances updated_at, D6), then the queue.
-        await write_with_lease(ctx.sessions, lease, during="progress", progress=progress)
+        await leased_update(conn, lease, "progress", during="progress", progress=progress)
         await job.updateProgress(progress)
         await probes.announce("export.after_progress", **ctx_args)
-        if len(batch) < ctx.settings.export_batch_size:
+        if len(batch) < batch_size:
             break
-    await check_authorization(ctx, task)  # X1: again, right before the result is saved
+    # X1: authorization again, right before the result is saved. The tickets read are
+    # counted here, not by a second count query.
+    recheck = await fetch_one(conn, "export_recheck", params)
+    _require_access(task, recheck.role if recheck else None)
+    if len(rows) > ctx.settings.export_limit:
+        raise TaskRejected(RejectReason.TOO_LARGE, f"{len(rows)} > {ctx.settings.export_limit}")
     await probes.announce("export.before_result", task_id=lease.task_id, run=lease.run,
                           execution_id=lease.execution_id, actor=ctx.actor)
     summary = f"{len(rows)} tickets exported" + (
         f" (filters: {', '.join(f'{k}={v}' for k, v in sorted(filters.items()))})"
         if filters else " (all tickets in scope)")
-    await write_with_lease(
-        ctx.sessions, lease, during="result",
-        status=TaskStatus.COMPLETED, progress=100, result_csv=to_csv(rows),
-        result_summary=summary,
-        expires_at=datetime.now(UTC) + timedelta(seconds=ctx.settings.result_ttl_s),
-        execution_id=None,
-    )  # P5
+    await leased_update(conn, lease, "export_result", during="result",
+                        result_csv=to_csv(rows), result_summary=summary,
+                        ttl_s=float(ctx.settings.result_ttl_s))  # P5
     await probes.announce("export.after_result", task_id=lease.task_id, run=lease.run,
                           execution_id=lease.execution_id, actor=ctx.actor)
     await job.updateProgress(100)  # only after the result is committed (P5, P9)

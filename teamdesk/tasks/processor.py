@@ -1,8 +1,13 @@
 """`process_task`: the BullMQ processor with the lease discipline of ch. 26 (P1–P9).
 
-    load → skip old runs and COMPLETED (P1) → claim a fresh lease (P2) → run the executor,
-    every write fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) →
-    on other errors report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+    claim a fresh lease, returning the claimed row (P2) → if it matched nothing, a cheap
+    read says why: old run or COMPLETED is skipped (P1) → run the executor, every write
+    fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) → on other errors
+    report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+
+The claim's `id, run, status IN (WAITING, RUNNING)` condition already excludes old runs
+and finished tasks, so claiming first and reading only on a miss is P1 in one round trip
+on the common path. One connection from `ctx.ledger` serves the whole run (issue 11).
 
 Returning normally does not prove this execution produced the result: the ledger's
 status, body and expiry are the truth (ch. 26 §4).
@@ -19,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType
 from teamdesk.tasks.errors import TaskRejected, retryable_error_text
 from teamdesk.tasks.exports import run_export
-from teamdesk.tasks.lease import Lease, LeaseLost, claim, write_with_lease
+from teamdesk.tasks.lease import Lease, LeaseLost, claim, leased_update
+from teamdesk.tasks.ledger import Ledger, fetch_one
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
 from teamdesk.tasks.reminders import run_reminder
 
@@ -34,9 +39,20 @@ class TaskContext:
     """What an executor needs: settings, the ledger, and a name for logs and probes."""
 
     settings: Settings
-    sessions: async_sessionmaker[AsyncSession]
+    #: SQLAlchemy sessions on the same database: for callers' own reads (labs, tests). The
+    #: task path itself runs the named statements of `queries.sql` through `ledger`.
+    sessions: async_sessionmaker[AsyncSession] | None = None
     #: A label such as "A" or a worker name; shows in probe contexts and log lines.
     actor: str | None = None
+    #: Where the task path gets its connection; `create_task_worker` passes its pool.
+    #: None: one fresh connection per run from `settings.database_url` (tests, labs).
+    ledger: Ledger | None = None
+
+    def db(self) -> Ledger:
+        """The ledger, made on first use when none was given (nothing to close then)."""
+        if self.ledger is None:
+            self.ledger = Ledger(self.settings.database_url or "")
+        return self.ledger
 
 
 def parse_payload(data: Any) -> tuple[str, int]:
@@ -51,60 +67,76 @@ def parse_payload(data: Any) -> tuple[str, int]:
 
 
 async def process_task(job: Any, token: str | None, ctx: TaskContext) -> str:
-    """Execute one queue delivery of one task run. Returns a short outcome text."""
+    """Execute one queue delivery of one task run. Returns a short outcome text.
+
+    One connection is checked out for the whole run. The claim comes first and returns
+    the row it claimed; only when it matched nothing does a cheap read say why (P1)."""
     task_id, run = parse_payload(job.data)
-    async with ctx.sessions() as session:
-        task = await session.get(BackgroundTask, task_id)
-    if task is None:
+    attempt = job.attemptsMade + 1
+    async with ctx.db().connection() as conn:
+        await probes.announce("claim.before", task_id=task_id, run=run, actor=ctx.actor)
+        claimed = await claim(conn, task_id, run, attempts=attempt)  # P2
+        if claimed is None:
+            return await _not_claimed(conn, job, task_id, run)
+        lease, task = claimed
+        log.info("task.claimed task_id=%s run=%s execution_id=%s attempt=%s actor=%s",
+                 task_id, run, lease.execution_id, attempt, ctx.actor)
+        await probes.announce("claim.after", task_id=task_id, run=run,
+                              execution_id=lease.execution_id, actor=ctx.actor)
+        try:
+            if task.type == "EXPORT":
+                return await run_export(ctx, conn, job, lease, task)
+            return await run_reminder(ctx, conn, job, lease, task)
+        except LeaseLost as lost:
+            # P6: first, before any other handling. A newer executor owns the task; this
+            # one must neither fail it nor end its queue job.
+            log.info("task.lease_lost task_id=%s run=%s execution_id=%s during=%s", task_id,
+                     run, lease.execution_id, lost.during)
+            return f"lease lost during {lost.during}"
+        except Exception as err:
+            if not await _report_failure(ctx, conn, lease, err, attempt):
+                # P7, P9: the lease is gone (or the result is already COMPLETED): nothing
+                # to report, and nothing to hand to the queue.
+                return f"error not reported, lease no longer held: {type(err).__name__}"
+            raise _for_queue(err) from err
+
+
+async def _not_claimed(conn: Any, job: Any, task_id: str, run: int) -> str:
+    """P1/P2: the claim matched nothing. An old run's message or a finished task touches
+    nothing ("skipped"); a FAILED row of this run is "not claimed"; no row is an error."""
+    state = await fetch_one(conn, "task_state", {"task_id": task_id})
+    if state is None:
         log.error("task.missing task_id=%s run=%s job_id=%s", task_id, run, job.id)
         raise UnrecoverableError(f"task {task_id} does not exist")
-    # P1: an old run's message, or a finished task, touches nothing.
-    if run != task.run or task.status is TaskStatus.COMPLETED:
+    if run != state.run or state.status == "COMPLETED":
         log.info("task.skipped task_id=%s job_run=%s ledger_run=%s status=%s", task_id, run,
-                 task.run, task.status.value)
-        return f"skipped: ledger is run {task.run} {task.status.value}"
-
-    attempt = job.attemptsMade + 1
-    await probes.announce("claim.before", task_id=task_id, run=run, actor=ctx.actor)
-    lease = await claim(ctx.sessions, task_id, run, attempts=attempt)  # P2
-    if lease is None:
-        log.info("task.not_claimed task_id=%s run=%s", task_id, run)
-        return "not claimed"
-    log.info("task.claimed task_id=%s run=%s execution_id=%s attempt=%s actor=%s", task_id, run,
-             lease.execution_id, attempt, ctx.actor)
-    await probes.announce("claim.after", task_id=task_id, run=run,
-                          execution_id=lease.execution_id, actor=ctx.actor)
-    try:
-        if task.type is TaskType.EXPORT:
-            return await run_export(ctx, job, lease, task)
-        return await run_reminder(ctx, job, lease, task)
-    except LeaseLost as lost:
-        # P6: first, before any other handling. A newer executor owns the task; this one
-        # must neither fail it nor end its queue job.
-        log.info("task.lease_lost task_id=%s run=%s execution_id=%s during=%s", task_id, run,
-                 lease.execution_id, lost.during)
-        return f"lease lost during {lost.during}"
-    except Exception as err:
-        if not await _report_failure(ctx, lease, err, attempt):
-            # P7, P9: the lease is gone (or the result is already COMPLETED): nothing to
-            # report, and nothing to hand to the queue.
-            return f"error not reported, lease no longer held: {type(err).__name__}"
-        raise _for_queue(err) from err
+                 state.run, state.status)
+        return f"skipped: ledger is run {state.run} {state.status}"
+    log.info("task.not_claimed task_id=%s run=%s", task_id, run)
+    return "not claimed"
 
 
-async def _report_failure(ctx: TaskContext, lease: Lease, err: Exception, attempt: int) -> bool:
+async def _report_failure(ctx: TaskContext, conn: Any, lease: Lease, err: Exception,
+                          attempt: int) -> bool:
     """P7: write FAILED (final) or WAITING with the lease. Returns False when that matched
-    no row: an executor that lost its lease cannot even report its failure."""
+    no row: an executor that lost its lease cannot even report its failure. If the run's
+    connection broke (PostgreSQL restarted), the report takes a fresh one; if that fails
+    too, the error goes to the queue and the retry's claim (P2) takes the row over."""
     final = isinstance(err, TaskRejected) or attempt >= MAX_TASK_ATTEMPTS
     text = (err.last_error if isinstance(err, TaskRejected)
             else retryable_error_text(attempt, MAX_TASK_ATTEMPTS, final))
     await probes.announce("error.before_write", task_id=lease.task_id, run=lease.run,
                           execution_id=lease.execution_id, actor=ctx.actor,
                           error=type(err).__name__)
+    statement = "report_final" if final else "report_retryable"
     try:
-        await write_with_lease(ctx.sessions, lease, during="error report",
-                               status=TaskStatus.FAILED if final else TaskStatus.WAITING,
-                               execution_id=None, last_error=text)
+        if conn.broken or conn.closed:
+            async with ctx.db().fresh_connection() as fresh:
+                await leased_update(fresh, lease, statement, during="error report",
+                                    last_error=text)
+        else:
+            await leased_update(conn, lease, statement, during="error report",
+                                last_error=text)
     except LeaseLost:
         log.info("task.error_unreported task_id=%s run=%s execution_id=%s error=%s (lease lost)",
                  lease.task_id, lease.run, lease.execution_id, type(err).__name__)

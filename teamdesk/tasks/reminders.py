@@ -13,23 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from teamdesk import probes
-from teamdesk.db.locks import lock_team
-from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
-from teamdesk.db.models import TicketStatus as TS
 from teamdesk.tasks.lease import Lease, leased_update
+from teamdesk.tasks.ledger import execute, fetch_one
 
 if TYPE_CHECKING:
+    import psycopg
+
     from teamdesk.tasks.processor import TaskContext
 
 
-def stale_reason(task: BackgroundTask, ticket: Ticket | None) -> str | None:
-    """Why this reminder no longer applies (M1), or None if it is current."""
+def stale_reason(task: Any, ticket: Any | None) -> str | None:
+    """Why this reminder no longer applies (M1), or None if it is current. `task` and
+    `ticket` may be ORM objects or rows (statuses compare equal as text)."""
     if ticket is None or ticket.deleted_at is not None:
         return "the ticket was deleted"
-    if ticket.status is TS.CLOSED:
+    if ticket.status == "CLOSED":
         return "the ticket is closed"
     if ticket.reminder_revision != task.reminder_revision:
         return (f"superseded: reminder revision {task.reminder_revision} is not the ticket's "
@@ -37,10 +36,12 @@ def stale_reason(task: BackgroundTask, ticket: Ticket | None) -> str | None:
     return None
 
 
-async def run_reminder(ctx: TaskContext, job: Any, lease: Lease, task: BackgroundTask) -> str:
-    async with ctx.sessions() as session, session.begin():
-        await lock_team(session, task.team_id)
-        ticket = await session.scalar(select(Ticket).where(Ticket.id == task.ticket_id))
+async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, lease: Lease,
+                       task: Any) -> str:
+    """P10 on the run's connection; `task` is the row the claim returned."""
+    async with conn.transaction():
+        await execute(conn, "team_lock", {"team_id": task.team_id})
+        ticket = await fetch_one(conn, "reminder_ticket", {"ticket_id": task.ticket_id})
         reason = stale_reason(task, ticket)
         await probes.announce("reminder.after_lease_check", task_id=lease.task_id, run=lease.run,
                               execution_id=lease.execution_id, actor=ctx.actor)
@@ -49,24 +50,20 @@ async def run_reminder(ctx: TaskContext, job: Any, lease: Lease, task: Backgroun
         else:
             recipient = ticket.assignee_id or ticket.creator_id
             due = ticket.due_at.isoformat() if ticket.due_at else "-"
-            session.add(Notification(
-                ticket_id=ticket.id, team_id=ticket.team_id,
-                reminder_revision=task.reminder_revision, recipient_id=recipient,
-                message=f"Ticket #{ticket.id} '{ticket.title}' is due ({due})."))
-            ticket.version += 1
-            session.add(TicketEvent(ticket_id=ticket.id, team_id=ticket.team_id,
-                                    kind="reminder_sent", actor_id=None,
-                                    data={"revision": task.reminder_revision,
-                                          "recipient": recipient}))
-            await session.flush()
+            # Notification, version bump and system event in one statement (P10).
+            await execute(conn, "reminder_effects", {
+                "ticket_id": ticket.id, "team_id": ticket.team_id,
+                "revision": task.reminder_revision, "recipient_id": recipient,
+                "message": f"Ticket #{ticket.id} '{ticket.title}' is due ({due})."})
             await probes.announce("reminder.after_event", task_id=lease.task_id, run=lease.run,
                                   execution_id=lease.execution_id, actor=ctx.actor)
             summary = f"Reminder sent to {recipient} (revision {task.reminder_revision})."
         # The commit gate (P10): LeaseLost raised here rolls back everything above.
-        await leased_update(session, lease, during="reminder completion",
-                            status=TaskStatus.COMPLETED, progress=100,
-                            result_summary=summary, execution_id=None)
-        await probes.announce("reminder.after_completion", task_id=lease.task_id, run=lease.run,
-                              execution_id=lease.execution_id, actor=ctx.actor)
+        await leased_update(conn, lease, "reminder_completion", during="reminder completion",
+                            result_summary=summary)
+        # Still inside the transaction: the completion holds the row lock until commit, so
+        # a competing claim waits here and then matches nothing (P12).
+        await probes.announce("reminder.after_completion", task_id=lease.task_id,
+                              run=lease.run, execution_id=lease.execution_id, actor=ctx.actor)
     await job.updateProgress(100)
     return summary

@@ -30,6 +30,7 @@ from teamdesk import probes
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.tasks.dispatcher import DispatchLoop
+from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue, redis_client
 from teamdesk.tasks.worker import create_task_worker
 
@@ -72,8 +73,10 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     sessions = session_factory(engine)
     queue = create_task_queue(settings)
     beat_client = redis_client(settings)
-    worker = await create_task_worker(settings, sessions, actor=name)
-    ticks = DispatchLoop(sessions, queue, settings)
+    # One pool for the process: a connection per concurrent job, one for the tick (D8).
+    ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
+    worker = await create_task_worker(settings, sessions, actor=name, ledger=ledger)
+    ticks = DispatchLoop(sessions, queue, settings, ledger=ledger)
     ticks.start()
     started = datetime.now(UTC).isoformat()
     log.info("worker.started name=%s pid=%s queue=%s prefix=%s concurrency=%s", name,
@@ -109,6 +112,7 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
         await beat_client.aclose()
     with contextlib.suppress(Exception):
         await queue.close()
+    await ledger.close()
     await engine.dispose()
     if uninstall_hold:
         uninstall_hold()

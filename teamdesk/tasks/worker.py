@@ -27,6 +27,7 @@ from bullmq.custom_errors import UnrecoverableError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk.config import Settings
+from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, redis_client
 
@@ -51,9 +52,11 @@ def _task_fields(job: Any) -> dict[str, Any]:
 class TaskWorker:
     """A running BullMQ worker for the task queue, with bounded shutdown."""
 
-    def __init__(self, worker: Worker, ctx: TaskContext) -> None:
+    def __init__(self, worker: Worker, ctx: TaskContext, *,
+                 owns_ledger: bool = False) -> None:
         self.worker = worker
         self.ctx = ctx
+        self._owns_ledger = owns_ledger
         self._run_task: asyncio.Task | None = None
 
     @property
@@ -82,6 +85,10 @@ class TaskWorker:
                 self._run_task.cancel()
         with contextlib.suppress(Exception):
             await self.worker.redisConnection.close()
+        if self._owns_ledger and self.ctx.ledger is not None:
+            # The pool create_task_worker made; a ledger passed in belongs to the caller.
+            with contextlib.suppress(Exception):
+                await self.ctx.ledger.close()
         return bool(done)
 
 
@@ -130,13 +137,21 @@ async def create_task_worker(
     options: dict[str, Any] | None = None,
     on_event: EventHook | None = None,
     start: bool = True,
+    ledger: Ledger | None = None,
 ) -> TaskWorker:
     """Build (and by default start) the task worker: `process_task` + the W2 listeners.
 
     Timings come from `settings` (Q2); `renew_lock=False` makes the stuck executor of the
-    takeover tests; `options` overrides raw BullMQ worker options (camelCase).
+    takeover tests; `options` overrides raw BullMQ worker options (camelCase). The task
+    path runs on `ledger` (issue 11); without one, a pool of `worker_concurrency`
+    connections to `settings.database_url` is opened here and closed by `close()`.
+    `sessions` is kept for callers that read through the worker's context.
     """
-    ctx = TaskContext(settings=settings, sessions=sessions, actor=actor)
+    owns_ledger = ledger is None
+    if ledger is None:
+        ledger = await Ledger.pooled(settings.database_url or "",
+                                     size=max(1, settings.worker_concurrency))
+    ctx = TaskContext(settings=settings, sessions=sessions, actor=actor, ledger=ledger)
 
     async def processor(job: Any, token: str) -> str:
         return await process_task(job, token, ctx)
@@ -159,12 +174,18 @@ async def create_task_worker(
     if not renew_lock:
         opts["lockRenewTime"] = 0
     opts.update(options or {})
-    worker = Worker(settings.queue_name, processor, opts)
-    _attach_listeners(worker, actor, on_event)
-    # Learn the Redis version before run(): without it the port rounds sub-second backoff up.
-    await worker.blockingRedisConnection.getRedisVersion()
-    await worker.redisConnection.getRedisVersion()
-    task_worker = TaskWorker(worker, ctx)
+    try:
+        worker = Worker(settings.queue_name, processor, opts)
+        _attach_listeners(worker, actor, on_event)
+        # Learn the Redis version before run(): without it the port rounds sub-second
+        # backoff up.
+        await worker.blockingRedisConnection.getRedisVersion()
+        await worker.redisConnection.getRedisVersion()
+    except BaseException:
+        if owns_ledger:
+            await ledger.close()
+        raise
+    task_worker = TaskWorker(worker, ctx, owns_ledger=owns_ledger)
     if start:
         task_worker.start()
     return task_worker

@@ -1,10 +1,11 @@
 """The outbox dispatcher against real PostgreSQL and real Redis (D1–D8, ch. 23; ch. 26 §7).
 
 Synchronisation is by asyncio Events (probe gates, bullmq worker events, loop events);
-`asyncio.wait_for` timeouts only detect a sync point that never came. Instead of waiting
-30 s for a re-check, a second tick is given `now = first + 31 s` (D1's clock, moved
-explicitly); instead of waiting 120 s for stale recovery, `updated_at` is aged with an
-explicit UPDATE (the trigger keeps explicit values) — both compress a clock, and say so.
+`asyncio.wait_for` timeouts only detect a sync point that never came. Every dispatcher
+time comparison is made in the database's clock (D6 made precise), so instead of waiting
+30 s for a re-check, `dispatched_at` is aged by 31 s (`_age`), and instead of waiting 120 s
+for stale recovery, `updated_at` is aged — explicit UPDATEs (the trigger keeps explicit
+values) that compress a clock, and say so.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from teamdesk.tasks.dispatcher import (
     DispatchReport,
     QueueTimeout,
     dispatch_tasks,
-    scan_query,
+    scan,
 )
+from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task_job_id
 
 SYNC_TIMEOUT = 8.0  # only detects a sync point that never came
@@ -81,6 +83,19 @@ async def _set(sessions, task_id: str, **values: Any) -> None:
     async with sessions() as s, s.begin():
         await s.execute(update(BackgroundTask).where(BackgroundTask.id == task_id)
                         .values(**values))
+
+
+async def _age(sessions, *task_ids: str, seconds: float = 31.0) -> datetime:
+    """Move the rows' `dispatched_at` `seconds` into the past: D1's re-check clock,
+    compressed (the dispatcher compares in the database's clock, so `now` cannot be moved
+    from here). Returns the database's clock after the change."""
+    from sqlalchemy import func, text
+
+    async with sessions() as s, s.begin():
+        await s.execute(update(BackgroundTask).where(BackgroundTask.id.in_(task_ids)).values(
+            dispatched_at=BackgroundTask.dispatched_at - text(
+                f"interval '{float(seconds)} seconds'")))
+        return await s.scalar(select(func.now()))
 
 
 async def _state(queue, task_id: str, run: int = 0) -> str | None:
@@ -186,15 +201,15 @@ async def test_scan_order_limit_and_cutoff(settings, sessions, demo, queue):
         expected.append(ids[key])
     excluded = [
         await _insert(sessions, dispatched_at=now - timedelta(seconds=10)),
-        await _insert(sessions, dispatched_at=now - timedelta(seconds=30)),  # not < cutoff
+        await _insert(sessions, dispatched_at=now - timedelta(seconds=25)),  # not < cutoff
         *[await _insert(sessions, status=s) for s in
           (TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED)],
     ]
-    async with sessions() as s:
-        scanned = [r.id for r in (await s.execute(scan_query(settings, now))).all()]
+    async with Ledger(settings.database_url).connection() as conn:
+        scanned = [r.id for r in await scan(conn, settings)]
     assert scanned == expected[:100]
 
-    report = await dispatch_tasks(sessions, queue, settings, now=now)
+    report = await dispatch_tasks(sessions, queue, settings)
     assert (report.scanned, report.added) == (100, 100)
     states = {tid: await _state(queue, tid) for tid in expected + excluded}
     assert all(states[t] in ("waiting", "delayed") for t in expected[:100])
@@ -202,10 +217,11 @@ async def test_scan_order_limit_and_cutoff(settings, sessions, demo, queue):
     async with sessions() as s:
         marks = dict((await s.execute(select(BackgroundTask.id, BackgroundTask.dispatched_at)
                                       .where(BackgroundTask.id.in_(expected)))).all())
-    assert {marks[t] for t in expected[:100]} == {now}  # D3: marked after the add
+    first_marks = {marks[t] for t in expected[:100]}
+    assert len(first_marks) == 1 and first_marks.pop() > now  # D3: marked after the add
     assert {marks[t] for t in expected[100:]} == {now - timedelta(seconds=31)}  # untouched
 
-    report = await dispatch_tasks(sessions, queue, settings, now=now)  # the rest, same clock
+    report = await dispatch_tasks(sessions, queue, settings)  # the rest, same clock
     assert (report.scanned, report.added) == (5, 5)
     assert all([await _state(queue, t) in ("waiting", "delayed") for t in expected[100:]])
     assert all([await _state(queue, t) is None for t in excluded])
@@ -218,19 +234,20 @@ async def test_future_run_at_is_a_delayed_job_now(settings, sessions, demo, queu
     now = datetime.now(UTC)
     tomorrow = await _insert(sessions, type=TaskType.REMINDER, run_at=now + timedelta(days=1))
     overdue = await _insert(sessions, run_at=now - timedelta(hours=2))
-    report = await dispatch_tasks(sessions, queue, settings, now=now)
+    report = await dispatch_tasks(sessions, queue, settings)
     assert (report.scanned, report.added) == (2, 2)
 
     job = await queue.getJob(task_job_id(tomorrow, 0))
     assert await job.getState() == "delayed"
-    assert job.delay == 24 * 3600 * 1000
+    # The delay is computed in the database's clock, a few ms after `now` was read here.
+    assert 24 * 3600 * 1000 - 5000 < job.delay <= 24 * 3600 * 1000
     assert (job.name, job.data) == (JOB_NAME, {"taskId": tomorrow, "run": 0})
     assert job.opts["attempts"] == 3 and job.opts["removeOnComplete"] == {
         "age": 86400, "count": 1000}
     past = await queue.getJob(f"{overdue}-0")
     assert await past.getState() == "waiting" and past.delay == 0
     for tid in (tomorrow, overdue):
-        assert (await _row(sessions, tid))["dispatched_at"] == now
+        assert (await _row(sessions, tid))["dispatched_at"] > now
 
 
 # ---------------------------------------------------------------- D3
@@ -281,16 +298,16 @@ async def test_waiting_and_delayed_jobs_are_refreshed_only(settings, sessions, d
     now = datetime.now(UTC)
     waiting = await _insert(sessions)
     delayed = await _insert(sessions, run_at=now + timedelta(hours=1))
-    await dispatch_tasks(sessions, queue, settings, now=now)
-    later = now + timedelta(seconds=31)
-    report = await dispatch_tasks(sessions, queue, settings, now=later)
+    await dispatch_tasks(sessions, queue, settings)
+    aged_at = await _age(sessions, waiting, delayed)
+    report = await dispatch_tasks(sessions, queue, settings)
     assert (report.scanned, report.refreshed, report.added, report.re_added) == (2, 2, 0, 0)
     assert await _state(queue, waiting) == "waiting"
     job = await queue.getJob(task_job_id(delayed, 0))
-    assert await job.getState() == "delayed" and job.delay == 3600 * 1000
+    assert await job.getState() == "delayed" and 3600 * 1000 - 5000 < job.delay <= 3600 * 1000
     assert await queue.getJobCounts("waiting", "delayed") == {"waiting": 1, "delayed": 1}
     for tid in (waiting, delayed):
-        assert (await _row(sessions, tid))["dispatched_at"] == later
+        assert (await _row(sessions, tid))["dispatched_at"] > aged_at  # refreshed
 
 
 async def test_active_job_is_refreshed_only(settings, sessions, demo, queue):
@@ -304,15 +321,15 @@ async def test_active_job_is_refreshed_only(settings, sessions, demo, queue):
         await asyncio.wait_for(release.wait(), SYNC_TIMEOUT)
         return "done"
 
-    now = datetime.now(UTC)
-    await dispatch_tasks(sessions, queue, settings, now=now)
+    await dispatch_tasks(sessions, queue, settings)
     async with _worker(settings, parked):
         await _wait(entered, "the worker took the job")
-        report = await dispatch_tasks(sessions, queue, settings, now=now + timedelta(seconds=31))
+        aged_at = await _age(sessions, task_id)
+        report = await dispatch_tasks(sessions, queue, settings)
         assert (report.refreshed, report.added, report.re_added) == (1, 0, 0)
         assert await _state(queue, task_id) == "active"
         release.set()
-    assert (await _row(sessions, task_id))["dispatched_at"] == now + timedelta(seconds=31)
+    assert (await _row(sessions, task_id))["dispatched_at"] > aged_at
 
 
 async def test_completed_job_while_ledger_waiting_is_removed_and_added_again(
@@ -326,18 +343,18 @@ async def test_completed_job_while_ledger_waiting_is_removed_and_added_again(
     async def returns_early(job: Job, token: str) -> str:
         return "lease lost; nothing written"  # does not touch the ledger
 
-    now = datetime.now(UTC)
-    await dispatch_tasks(sessions, queue, settings, now=now)
+    await dispatch_tasks(sessions, queue, settings)
     async with _worker(settings, returns_early) as worker:
         worker.on("completed", lambda job, result: completed.set())
         await _wait(completed, "the worker completed the job")
     assert await _state(queue, task_id) == "completed"
 
-    report = await dispatch_tasks(sessions, queue, settings, now=now + timedelta(seconds=31))
+    aged_at = await _age(sessions, task_id)
+    report = await dispatch_tasks(sessions, queue, settings)
     assert (report.re_added, report.added, report.refreshed) == (1, 0, 0)
     job = await queue.getJob(task_job_id(task_id, 0))
     assert await job.getState() == "waiting" and not job.finishedOn  # a fresh record
-    assert (await _row(sessions, task_id))["dispatched_at"] == now + timedelta(seconds=31)
+    assert (await _row(sessions, task_id))["dispatched_at"] > aged_at
 
 
 async def test_orphaned_job_record_is_removed_and_added_again(settings, sessions, demo,
@@ -346,11 +363,11 @@ async def test_orphaned_job_record_is_removed_and_added_again(settings, sessions
     list key was lost) would swallow a plain add as a duplicate; it is removed and added
     again, like the completed case."""
     task_id = await _insert(sessions)
-    now = datetime.now(UTC)
-    await dispatch_tasks(sessions, queue, settings, now=now)
+    await dispatch_tasks(sessions, queue, settings)
     await redis.delete(queue.toKey("wait"))
     assert await _state(queue, task_id) == "unknown"
-    report = await dispatch_tasks(sessions, queue, settings, now=now + timedelta(seconds=31))
+    await _age(sessions, task_id)
+    report = await dispatch_tasks(sessions, queue, settings)
     assert report.re_added == 1 and await _state(queue, task_id) == "waiting"
 
 
@@ -370,18 +387,21 @@ async def test_failed_job_with_waiting_unleased_ledger_sets_failed(settings, ses
     """D4, W3: the queue gave up (failed) while the ledger is WAITING with no lease for that
     run → FAILED with a fixed readable last_error; not marked, not re-added."""
     task_id = await _insert(sessions)
-    now = datetime.now(UTC)
-    await dispatch_tasks(sessions, queue, settings, now=now)
+    await dispatch_tasks(sessions, queue, settings)
     await _fail_job(settings)
     assert await _state(queue, task_id) == "failed"
 
-    report = await dispatch_tasks(sessions, queue, settings, now=now + timedelta(seconds=31))
+    before = (await _row(sessions, task_id))["dispatched_at"]
+    await _age(sessions, task_id)
+    aged = (await _row(sessions, task_id))["dispatched_at"]
+    assert aged < before
+    report = await dispatch_tasks(sessions, queue, settings)
     assert (report.failed_from_queue, report.added, report.re_added, report.refreshed) == (
         1, 0, 0, 0)
     row = await _row(sessions, task_id)
     assert (row["status"], row["last_error"], row["run"]) == (
         TaskStatus.FAILED, QUEUE_FAILED_ERROR, 0)
-    assert row["dispatched_at"] == now  # not refreshed
+    assert row["dispatched_at"] == aged  # not refreshed
     assert await _state(queue, task_id) == "failed"
 
 
@@ -393,10 +413,10 @@ async def test_failed_job_does_not_fail_a_row_claimed_during_the_tick(settings, 
     claim happens at another row's `dispatch.before_add`, which is after the scan and before
     any write of this tick, however the rows are interleaved (that row sorts first)."""
     claimed = await _insert(sessions)
-    now = datetime.now(UTC)
-    await dispatch_tasks(sessions, queue, settings, now=now)
+    await dispatch_tasks(sessions, queue, settings)
     await _fail_job(settings)
     fresh = await _insert(sessions)  # dispatched_at NULL: scanned before `claimed`
+    await _age(sessions, claimed)
 
     async def executor_claims(point: str, ctx: dict[str, Any]) -> None:
         if ctx["task_id"] == fresh:
@@ -404,7 +424,7 @@ async def test_failed_job_does_not_fail_a_row_claimed_during_the_tick(settings, 
                        attempts=1)
 
     with probes.installed(executor_claims):
-        report = await dispatch_tasks(sessions, queue, settings, now=now + timedelta(seconds=31))
+        report = await dispatch_tasks(sessions, queue, settings)
     assert (report.scanned, report.added, report.failed_from_queue) == (2, 1, 0)
     row = await _row(sessions, claimed)
     assert (row["status"], row["execution_id"], row["last_error"]) == (

@@ -52,15 +52,16 @@ async def test_queue_behind_in_step_and_no_job(lab):
     assert (await tables.queue(lab)).empty
     assert await _verdicts(lab) == {e: ("COMPLETED", None, NO_JOB),
                                     r: ("WAITING", None, QUEUE_BEHIND)}
-    # The loss heals by itself: once its dispatch check is 30 s old (clock moved, D1), the
+    # The loss heals by itself: once its dispatch check is 30 s old (row aged, D1), the
     # next scan adds the reminder again (D4 "no job → add").
-    report = await lab.dispatch(now=datetime.now(UTC) + timedelta(seconds=31))
+    await lab.age(reminder.id, 31)
+    report = await lab.dispatch()
     assert (report.scanned, report.added) == (1, 1)
     assert (await _verdicts(lab))[r] == ("WAITING", "delayed", IN_STEP)
 
 
 async def test_ledger_behind_then_reconciled(lab):
-    """A is paused after its read; a recovery scan (clock moved 121 s, D6) puts the task
+    """A is paused after its read; a recovery scan (row aged 121 s, D6) puts the task
     back to WAITING and clears A's lease; A resumes, loses its lease and returns, so the
     queue completes the job: ledger behind (WAITING + completed). The next real scan
     re-adds it (D4), the worker runs it again: in step (COMPLETED + completed)."""
@@ -70,7 +71,8 @@ async def test_ledger_behind_then_reconciled(lab):
     await lab.start_worker("A")
     await lab.dispatch()
     await gate.reached()
-    report = await lab.dispatch(now=datetime.now(UTC) + timedelta(seconds=121))
+    await lab.age(task.id, 121)
+    report = await lab.dispatch()
     assert report.recovered_stale == 1
     assert (await _verdicts(lab))[job_id] == ("WAITING", "active", IN_STEP)
 

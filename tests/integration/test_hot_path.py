@@ -1,0 +1,266 @@
+"""The task path's SQL (issue 11) and the dispatcher's clock and stall limit (D1, D6, D9).
+
+Real PostgreSQL; clocks are compressed by ageing rows (explicit `updated_at` /
+`dispatched_at` values, which the trigger keeps), never by waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text, update
+
+from teamdesk import devservices
+from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket
+from teamdesk.services import exports
+from teamdesk.services.tasks import retry_task
+from teamdesk.tasks import ledger as ledger_module
+from teamdesk.tasks.dispatcher import STALLED_ERROR, dispatch_tasks
+from teamdesk.tasks.lease import claim
+from teamdesk.tasks.ledger import QUERIES, Ledger
+from teamdesk.tasks.queue import create_task_queue
+from tests.integration.conftest import enqueue, task_row
+
+ROOT = Path(__file__).resolve().parents[2] / "teamdesk"
+
+
+@pytest.fixture
+async def queue(settings, redis):
+    q = create_task_queue(settings)
+    yield q
+    await q.close()
+
+
+async def _insert(sessions, **values: Any) -> str:
+    row = BackgroundTask(**{"type": TaskType.EXPORT, "status": TaskStatus.WAITING, "run": 0,
+                            "owner_id": "ben", "team_id": "acme", "scope": Scope.TEAM,
+                            "filters": {}, **values})
+    async with sessions() as s, s.begin():
+        s.add(row)
+    return row.id
+
+
+async def _row(sessions, task_id: str) -> BackgroundTask:
+    async with sessions() as s:
+        return await s.scalar(select(BackgroundTask).where(BackgroundTask.id == task_id))
+
+
+async def _age_updated(sessions, task_id: str, seconds: float) -> None:
+    async with sessions() as s, s.begin():
+        await s.execute(update(BackgroundTask).where(BackgroundTask.id == task_id).values(
+            updated_at=BackgroundTask.updated_at - text(f"interval '{float(seconds)} seconds'")))
+
+
+# ---------------------------------------------------------------- the statement registry
+
+def test_every_statement_is_used_and_every_used_name_exists():
+    """Issue 11 (procrastinate's check): each statement of queries.sql is run somewhere in
+    `teamdesk/`, and each name the code runs is defined — a typo fails here, not at 3 am."""
+    sources = "\n".join(p.read_text() for p in ROOT.rglob("*.py")
+                        if p.name != "ledger.py")
+    used = set(re.findall(
+        r'(?:execute|fetch_one|fetch_all)\(\s*\w+,\s*"(\w+)"', sources))
+    used |= set(re.findall(r'leased_update\(\s*\w+,\s*\w+,\s*"(\w+)"', sources))
+    used |= set(re.findall(r'statement = "(\w+)" if final else "(\w+)"', sources)[0])
+    assert used - set(QUERIES) == set()
+    assert set(QUERIES) - used == set()
+
+
+def test_duplicate_statement_names_are_refused(tmp_path):
+    """A second `-- name --` would silently shadow the first."""
+    path = tmp_path / "q.sql"
+    path.write_text("-- a --\nSELECT 1;\n-- a --\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="defined twice"):
+        ledger_module.load_queries(path)
+
+
+# ---------------------------------------------------------------- generic plans (D1, D6, D7)
+
+def _generic(name: str) -> str:
+    """The statement with `$n` placeholders, for `EXPLAIN (GENERIC_PLAN)` (PG 16+): the
+    plan a prepared statement gets, which may differ from one with bound values."""
+    numbers: dict[str, int] = {}
+
+    def number(m: re.Match) -> str:
+        return f"${numbers.setdefault(m.group(1), len(numbers) + 1)}"
+
+    return re.sub(r"%\((\w+)\)s", number, QUERIES[name])
+
+
+def _node(plan: list[str], i: int) -> str:
+    """Plan line `i` and the detail lines under it (deeper indent, up to the next node)."""
+    indent = len(plan[i]) - len(plan[i].lstrip())
+    lines = [plan[i]]
+    for ln in plan[i + 1:]:
+        if len(ln) - len(ln.lstrip()) <= indent or ln.lstrip().startswith("->"):
+            break
+        lines.append(ln)
+    return "\n".join(lines)
+
+
+async def test_dispatcher_statements_have_index_bounded_generic_plans(settings, demo):
+    """D1, D6, D7, issue 11: with 40,000 ledger rows (1,000 WAITING, 500 of them never
+    dispatched, 200 RUNNING, 3,000 exports holding a CSV), the generic plan of each
+    dispatcher statement reads one index, bounded by an Index Cond or a partial index that
+    holds only its rows — never a Seq Scan, never a walk over every WAITING entry (the old
+    `IS NULL OR <` scan with nothing due read them all: 9.3 ms at 1M rows)."""
+    async with Ledger(settings.database_url).connection() as conn:
+        await conn.execute("""
+            INSERT INTO background_tasks (type, status, owner_id, team_id, dispatched_at,
+                                          updated_at, expires_at, result_csv)
+            SELECT 'EXPORT',
+                   (CASE WHEN g % 40 = 0 THEN 'WAITING' WHEN g % 200 = 1 THEN 'RUNNING'
+                         ELSE 'COMPLETED' END)::task_status,
+                   'ben', 'acme',
+                   CASE WHEN g % 80 = 0 THEN NULL ELSE now() - interval '5 seconds' END,
+                   now(), now() + interval '1 day',
+                   CASE WHEN g % 13 = 0 THEN 'id' ELSE NULL END
+              FROM generate_series(1, 40000) AS g""")
+        await conn.execute("ANALYZE background_tasks")
+        # statement → the indexes its plan must read, and whether that read needs an
+        # Index Cond (a partial index holding exactly the rows wanted needs none).
+        expected = {
+            "scan": {"ix_background_tasks_undispatched": False,
+                     "ix_background_tasks_dispatch": True},
+            "recover_and_purge": {"ix_background_tasks_stale_running": True,
+                                  "ix_background_tasks_expiry": True},
+        }
+        for name, indexes in expected.items():
+            plan = [r[0] for r in await (await conn.execute(
+                f"EXPLAIN (GENERIC_PLAN) {_generic(name)}")).fetchall()]
+            text_plan = "\n".join(plan)
+            assert "Seq Scan" not in text_plan, f"{name}:\n{text_plan}"
+            for index, needs_cond in indexes.items():
+                nodes = [_node(plan, i) for i, ln in enumerate(plan)
+                         if f"Scan using {index} " in ln]
+                assert nodes, f"{name} does not use {index}:\n{text_plan}"
+                if needs_cond:
+                    assert all("Index Cond" in node for node in nodes), (
+                        f"{name} walks all of {index}:\n{text_plan}")
+        # What this test catches: the old single scan (`dispatched_at IS NULL OR
+        # dispatched_at < $1`) has no Index Cond — it walks every WAITING entry.
+        old = await (await conn.execute(
+            "EXPLAIN (GENERIC_PLAN) SELECT id FROM background_tasks WHERE status = 'WAITING' "
+            "AND (dispatched_at IS NULL OR dispatched_at < $1) "
+            "ORDER BY dispatched_at ASC NULLS FIRST, run_at LIMIT 100")).fetchall()
+        assert "Index Cond" not in "\n".join(r[0] for r in old)
+
+
+# ---------------------------------------------------------------- D6 in one clock
+
+async def test_host_clock_far_ahead_does_not_recover_a_live_task(settings, sessions, demo,
+                                                                 queue):
+    """D6 (made precise): `updated_at` is stamped by the database, so the cutoff is
+    computed there too. A dispatcher host whose clock is 150 s ahead (passed as `now`, the
+    clock the old code compared with) must not recover a RUNNING task that wrote 0 s ago
+    — before the fix it recovered live tasks on every tick (livelock)."""
+    live = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="live-exec",
+                         attempts=1)
+    ahead = datetime.now(UTC) + timedelta(seconds=150)
+    report = await dispatch_tasks(sessions, queue, settings, now=ahead)
+    assert report.recovered_stale == 0
+    row = await _row(sessions, live)
+    assert (row.status, row.execution_id) == (TaskStatus.RUNNING, "live-exec")
+
+    # The same row, really stale in the database's clock, is recovered (D6 still works).
+    await _age_updated(sessions, live, 121)
+    report = await dispatch_tasks(sessions, queue, settings, now=ahead)
+    assert report.recovered_stale == 1
+    row = await _row(sessions, live)
+    assert (row.status, row.execution_id, row.dispatched_at) == (TaskStatus.WAITING, None,
+                                                                 None)
+
+
+# ---------------------------------------------------------------- D9
+
+async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
+        settings, sessions, demo, queue):
+    """D9: D6 recoveries are counted per run. Claimed and stalled twice, the task goes
+    back to WAITING twice (count 1, 2); the third time it is still stale it ends FAILED
+    with the fixed text, lease cleared. A manual retry opens run 1 with the count at 0
+    (R2), so the new round gets its own three chances."""
+    task_id = await _insert(sessions)
+    ledger = Ledger(settings.database_url)
+    for n in (1, 2, 3):
+        async with ledger.connection() as conn:
+            claimed = await claim(conn, task_id, 0, attempts=1)  # P2: a real claim
+        assert claimed is not None
+        await _age_updated(sessions, task_id, 121)
+        report = await dispatch_tasks(sessions, queue, settings)
+        row = await _row(sessions, task_id)
+        if n < 3:
+            assert (report.recovered_stale, report.failed_stalled) == (1, 0)
+            assert (row.status, row.stale_recoveries, row.execution_id) == (
+                TaskStatus.WAITING, n, None)
+        else:
+            assert (report.recovered_stale, report.failed_stalled) == (0, 1)
+            assert (row.status, row.stale_recoveries, row.execution_id, row.last_error) == (
+                TaskStatus.FAILED, 3, None, STALLED_ERROR)
+            assert "three times" in STALLED_ERROR and "Retry" in STALLED_ERROR
+            assert "failed_stalled=1" in str(report)  # shown in the tick's log line
+    # A FAILED row is never recovered again, however old.
+    await _age_updated(sessions, task_id, 600)
+    assert (await dispatch_tasks(sessions, queue, settings)).failed_stalled == 0
+
+    async with sessions() as s:
+        retried = await retry_task(s, "acme", "ben", task_id)
+    assert (retried.run, retried.status, retried.stale_recoveries) == (
+        1, TaskStatus.WAITING, 0)
+    async with ledger.connection() as conn:
+        assert await claim(conn, task_id, 1, attempts=1) is not None
+    await _age_updated(sessions, task_id, 121)
+    report = await dispatch_tasks(sessions, queue, settings)
+    assert report.recovered_stale == 1  # the new round's first stall: recovered, not failed
+    assert (await _row(sessions, task_id)).stale_recoveries == 1
+
+
+# ---------------------------------------------------------------- PostgreSQL restarts
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")),
+                    reason="restarts the embedded PostgreSQL; not done to a given server")
+async def test_postgres_restart_mid_export_fails_into_retry_and_completes_whole(
+        settings, sessions, demo, queue, start_worker, recorder, gates):
+    """Issue 11, P3, P5, P7: no pre-ping per checkout. PostgreSQL is restarted (fast
+    shutdown: every connection cut) while an export holds its pooled connection between
+    two batches. Its next fenced write fails on the broken connection; the error report
+    takes a fresh connection and writes WAITING with the lease (P7); the queue retries the
+    same run, the pool has replaced the connection, and the export completes with the
+    whole CSV — nothing half-written. A task that starts afterwards needs no retry.
+
+    The suite's embedded server is restarted on its port and data folder, and is up again
+    before this test ends (other tests' engines reconnect with their own pre-ping)."""
+    async with sessions() as s:
+        first = await exports.request_export(s, "acme", "ben", {})
+    gate = gates.gate("export.after_read", actor="W")
+    await start_worker("W")
+    job = await enqueue(queue, first.id, backoff={"type": "fixed", "delay": 50})
+    await gate.reached()
+    await asyncio.to_thread(devservices.restart_postgres)
+    gate.release()
+
+    failed = await recorder.wait_for("failed", job_id=job.id)
+    assert (failed["exhausted"], failed["attempts_made"]) == (False, 1)
+    await recorder.wait_for("completed", job_id=job.id)
+    row = await task_row(sessions, first.id)
+    async with sessions() as s:
+        tickets = await s.scalar(select(func.count()).select_from(Ticket).where(
+            Ticket.team_id == "acme", Ticket.deleted_at.is_(None)))
+    assert (row["status"], row["attempts"], row["progress"], row["execution_id"]) == (
+        TaskStatus.COMPLETED, 2, 100, None)
+    assert row["last_error"] == ("Attempt 1 of 3 failed with a temporary error; retrying "
+                                 "automatically.")
+    assert len(row["result_csv"].splitlines()) == tickets + 1  # header + every ticket
+
+    async with sessions() as s:
+        second = await exports.request_export(s, "acme", "ben", {"priority": ["HIGH"]})
+    job2 = await enqueue(queue, second.id)
+    await recorder.wait_for("completed", job_id=job2.id)
+    row2 = await task_row(sessions, second.id)
+    assert (row2["status"], row2["attempts"], row2["last_error"]) == (
+        TaskStatus.COMPLETED, 1, None)
