@@ -16,18 +16,6 @@ from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.templates import clone_database, drop_database
 
-#: A real bug, found by the X3 parse-back tests (tests/unit/test_pure.py and
-#: tests/integration/test_worker_basics.py); reported, not fixed here (product code is
-#: another helper's). `to_csv` writes with `lineterminator="\n"`, and the csv module
-#: quotes a cell only for the characters of its line terminator, so a CR inside a cell is
-#: written bare. CSV readers (and spreadsheets) end the record there: `'\r=1+1` comes back
-#: as a cell `'` and a *new record starting with the live formula `=1+1`* — X3 bypassed,
-#: and any title with a CR in the middle can start a record with a formula. Strict: the
-#: day `to_csv` quotes CR (e.g. `lineterminator="\r\n"`) these tests pass and the marker
-#: must go.
-CR_BREAKS_THE_RECORD = pytest.mark.xfail(
-    strict=True, reason="to_csv leaves a CR inside a cell unquoted (lineterminator='\\n')")
-
 
 @pytest.fixture(scope="session")
 def service_settings() -> Settings:

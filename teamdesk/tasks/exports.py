@@ -47,7 +47,10 @@ def ticket_row(t: Any) -> list[str]:
 
 def to_csv(tickets: list[Any]) -> str:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    # CRLF (RFC 4180): the csv module quotes a cell holding any character of the line
+    # terminator. With "\n" a CR inside a cell stayed bare, and readers started a new
+    # record there — one that could begin with a live formula (X3).
+    writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     writer.writerows(ticket_row(t) for t in tickets)
     return buf.getvalue()

@@ -119,7 +119,8 @@ async def test_completion_wins_and_a_concurrent_claim_waits_then_matches_nothing
     the row (still RUNNING, committed state), passes P1 and starts its claim: PostgreSQL
     shows B's claim UPDATE waiting on a lock held by A's open transaction, and B is not
     done. A commits; B's claim re-checks its WHERE against the committed row (COMPLETED is
-    not WAITING/RUNNING) and matches nothing: "not claimed". The ledger keeps A's summary
+    not WAITING/RUNNING) and matches nothing; the follow-up read then finds COMPLETED and B
+    returns as P1 says ("skipped: … COMPLETED"). The ledger keeps A's summary
     and lease-free COMPLETED, the ticket got exactly one notification, and one more
     sequential run changes nothing."""
     ticket, task = await reminder(sessions)
@@ -130,7 +131,7 @@ async def test_completion_wins_and_a_concurrent_claim_waits_then_matches_nothing
     a_ctx = await g_a.reached()
 
     run_b = asyncio.create_task(process_task(FakeJob(task.id), None, ctx("B")))
-    await g_b.reached()  # B read the committed row (RUNNING) and passed P1
+    await g_b.reached()  # B is about to claim (the claim is its first ledger statement)
     g_b.release()
     waits = await _observed(lambda: _claims_waiting_on_an_open_completion(sessions),
                             "B's claim waiting on the row lock of A's open transaction")
@@ -148,7 +149,8 @@ async def test_completion_wins_and_a_concurrent_claim_waits_then_matches_nothing
     g_a.release()
     summary = await asyncio.wait_for(run_a, T)
     assert summary.startswith("Reminder sent")
-    assert await asyncio.wait_for(run_b, T) == "not claimed"
+    # B's claim matched nothing; what it then read is A's committed COMPLETED row.
+    assert await asyncio.wait_for(run_b, T) == "skipped: ledger is run 0 COMPLETED"
     row = await task_row(sessions, task.id)
     assert (row["status"], row["progress"], row["execution_id"], row["result_summary"],
             row["attempts"]) == (TaskStatus.COMPLETED, 100, None, summary, 1)
