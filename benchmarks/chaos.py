@@ -5,50 +5,13 @@
                                          [--settle 90]
                                          [--dry-run]
 
-K `teamdesk worker` subprocesses (each with its own dispatch tick) work on M tasks created
-through the product's services: exports with varied filters and scopes (some by an agent
-who is demoted before the run, so they must be rejected), and reminders — a ticket's
-creation, due-date changes that supersede earlier revisions, and closings, each group in
-one transaction. About 40 % of the tasks exist before the workers start; the rest arrive
-in waves during the fault window, while the faults strike.
-
-Faults follow a schedule made only from (seed, K, D, kinds) — same arguments, same
-schedule, printed before the run (`--dry-run` prints it and stops):
-
-- `sigkill` — SIGKILL a worker process, restart it after a short pause;
-- `sigterm` — SIGTERM a worker (it drains for at most 2 s, exit 0 or 3), restart it;
-- `redis`   — stop the Redis server and start it again (it comes back empty). Only the
-  embedded Redis of `teamdesk.devservices` (REDIS_URL unset); otherwise the run refuses
-  and says how to leave Redis alone. It hits every user of that server;
-- `sigstop` — (opt-in, not in the default kinds) SIGSTOP a worker for longer than its
-  lock, then SIGCONT: its job stalls and may be taken over while it is frozen;
-- `cut`     — `labs.faults.RedisProxy` sits between each worker and Redis; a cut resets
-  that worker's Redis connections and refuses new ones for a while, then heals. Dropped
-  (and said so) if `labs.faults` is missing or its proxy does not work.
-
-(`--dry-run` assumes every requested kind is available; a run without a working proxy
-drops `cut` and says so, which changes the schedule.) The schedule's offsets and hold
-times are the faults themselves; nothing waits to order events. A worker that exits by
-itself is restarted after 0.5 s, as a process supervisor would, and reported as a finding.
-After the window: Redis up, proxies healed, every worker running, then a bounded settle
-(poll the ledger) until every task is COMPLETED or FAILED. Then the invariants:
-
-- nothing lost: the ledger holds exactly the tasks the services created, all run 0;
-- every task terminal, no lease left; FAILED only with one of the fixed readable texts,
-  and never a rejection text for a task whose authorization did not change;
-- each export's CSV equals a fresh recomputation (`export_query` + `to_csv`) — the
-  exported team's tickets are not changed during the run (a fingerprint says so);
-- each current reminder revision: COMPLETED → exactly one notification, one
-  `reminder_sent` event, one version bump; FAILED → none; superseded or closed: none;
-- no COMPLETED row changed after it was first seen (snapshots every second);
-
-then a summary (faults by kind, tasks by status, FAILED texts, recovery notes from the
-worker logs) and exit 0, or 1 on any violation (2: refused or bad arguments). A task may
-legitimately end FAILED when faults used up its attempts; that is counted, not hidden.
-
-Short timings through the environment (Q2), printed with the run: lock 1 s, stalled check
-100 ms, tick 0.2 s, stale RUNNING age 3 s, re-dispatch age 2 s, backoff 50 ms, Redis call
-timeout 1 s, heartbeat TTL 1.5 s, drain timeout 2 s, export batch 10.
+K `teamdesk worker` subprocesses work on M tasks created through the product's services
+while a seeded schedule of faults strikes (`sigkill`, `sigterm`, `redis`, `cut`, and the
+opt-in `sigstop`); then the invariants are checked over the ledger. Same arguments, same
+schedule (`--dry-run` prints it and stops). Exit 0, or 1 on any violation (2: refused or
+bad arguments). Here `redis` restarts the embedded Redis of `teamdesk.devservices` (every
+user of that server is hit); with REDIS_URL set the run refuses it. The kinds, the world
+and the invariants are described in `labs/chaos.py`.
 
 The run itself (schedule, plan, invariant checker) is `labs.chaos`, shared with
 `tests/integration/test_chaos.py` and `notebooks/90-chaos.ipynb`; this is its command line.

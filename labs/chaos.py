@@ -3,8 +3,9 @@
 The reusable part of `python -m benchmarks.chaos` (its command line stays there), used by
 that benchmark, by `tests/integration/test_chaos.py` and by `notebooks/90-chaos.ipynb`:
 
-    report = await run_chaos(lab.settings, ChaosConfig(seed=7, workers=2, tasks=30,
-                                                       duration=4, redis_optional=True))
+    lab = await Lab.open("chaos", seed=False, private_redis=True)
+    report = await run_chaos(lab.settings, ChaosConfig(seed=7, workers=2, tasks=30, duration=4),
+                             redis=private_restarter(lab.private_redis))
     report.invariant_table()     # one row per invariant: its rules, violations found
     plot_swimlanes(report)       # faults per worker lane, Redis lane, completions
     ChaosConfig(..., counterexample="legacy-failed-listener")  # same seed, W2 broken
@@ -27,8 +28,8 @@ schedule, printed before the run (`--dry-run` prints it and stops):
 - `redis`   — stop the Redis server and start it again (it comes back empty). Only the
   embedded Redis of `teamdesk.devservices` (REDIS_URL unset); otherwise the run refuses
   and says how to leave Redis alone, or with `redis_optional` drops the kind with a
-  printed note. It hits every user of that server; `redis_restarter` is the one place
-  that decides which server is restarted;
+  printed note. It hits every user of that server — unless the caller passes
+  `redis=private_restarter(lab.private_redis)`, a lab's own server, as 90-chaos does;
 - `sigstop` — (opt-in, not in the default `KINDS`) SIGSTOP a worker for 1.5–2.5 s, longer
   than its 1 s lock, then SIGCONT: its job stalls, the other worker may take it over,
   and the frozen executor's late writes must match nothing (P3, P6);
