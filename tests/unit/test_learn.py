@@ -1,0 +1,24 @@
+"""labs.learn: the predict/reveal and exercise/check helpers the notebooks use (issue 14)."""
+
+from labs.learn import check, reveal
+
+
+def test_reveal_compares_kindly(capsys):
+    assert reveal(" Lease Lost ", "lease lost") is True
+    assert reveal([2, 1], (1, 2)) is True
+    assert reveal(3, 4) is False
+    assert reveal(None, "COMPLETED", why="P1: a finished task is skipped") is False
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Right: 'lease lost'."
+    assert out[2] == "You guessed 3; what happened: 4."
+    assert out[3].startswith("No guess written") and out[4] == "P1: a finished task is skipped"
+
+
+def test_check_says_not_attempted_wrong_or_holds(capsys):
+    assert check(None, lambda a: True, holds="x") is False
+    assert check(5, lambda a: a == 4 or "off by one", holds="x") is False
+    assert check(4, lambda a: a == 4, holds="the count matches") is True
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Not attempted yet")
+    assert out[1] == "✗ Not yet: off by one"
+    assert out[2] == "✓ the count matches"
