@@ -7,7 +7,8 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
    the longest-unchecked, then by `run_at`. There is no `run_at <= now` condition:
    tomorrow's reminder is enqueued today as a delayed job.
 2. **Reconcile and enqueue** (D4, D2) each row against its queue job `task_job_id(id, run)`
-   (I2): look the job up, read its state, and add / refresh / re-add / fail it. Our
+   (I2): look the job up, read its state, and add / refresh / re-add / fail it — for the
+   whole scan at once on a bullmq queue (one round trip for the states, one `addBulk`). Our
    decision for a record in no state at all (`unknown`, e.g. after partial key loss): like
    `completed`, remove it and add again — a plain add would be swallowed as a duplicate.
 3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
