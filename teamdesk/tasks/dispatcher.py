@@ -8,7 +8,7 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
    tomorrow's reminder is enqueued today as a delayed job.
 2. **Reconcile and enqueue** (D4, D2) each row against its queue job `task_job_id(id, run)`
    (I2): look the job up, read its state, and add / refresh / re-add / fail it — for the
-   whole scan at once on a bullmq queue (one round trip for the states, one `addBulk`). Our
+   whole scan at once on a bullmq queue (one round trip reads every row's state). Our
    decision for a record in no state at all (`unknown`, e.g. after partial key loss): like
    `completed`, remove it and add again — a plain add would be swallowed as a duplicate.
 3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
@@ -302,12 +302,12 @@ class _Tick:
         """Reconcile rows in scan order; on the first error no further row is started (D8).
         Returns the outcomes of the rows that succeeded and the error.
 
-        With a bullmq queue on Redis the whole scan is reconciled in bulk (issue 11): one
-        round trip reads every row's job state (`queue.job_states`), one `addBulk` adds
-        the rows that have no job (D2, each after its `dispatch.before_add`), and only the
-        rare completed/orphaned records take the per-job remove + add. The decisions are
-        D4's, row by row, exactly as in `reconcile_one`. Other queues (the book's offline
-        fake) take `reconcile_one` per row, up to `concurrency` rows at a time."""
+        With a bullmq queue on Redis one round trip reads every row's job state
+        (`queue.job_states`, issue 11) instead of `getJob` + `getState` per row; then the
+        rows without a job are added one by one (each after its own `dispatch.before_add`)
+        and the rare completed/orphaned records take the per-job remove + add. The
+        decisions are D4's, row by row, exactly as in `reconcile_one`. Other queues (the
+        book's offline fake) take `reconcile_one` per row, `concurrency` rows at a time."""
         if not rows:
             return [], None
         if not can_look_up_in_bulk(self.queue):
@@ -332,8 +332,11 @@ class _Tick:
                                  else _Outcome.LEFT))
             else:
                 to_re_add.append(row)  # D4 (inferred): completed / unknown
-        added, error = await self._add_many(to_add)
-        outcomes.extend((row, _Outcome.ADDED) for row in added)
+        # D2, one add per row after its own `dispatch.before_add`, up to `concurrency` at
+        # a time: a probe holding one row must not hold back the adds of the others (a
+        # single addBulk after all the probes would).
+        outcomes_added, error = await self._each(to_add, concurrency, self._add_new)
+        outcomes.extend(outcomes_added)
         if error is None and to_re_add:
             more, error = await self._each(to_re_add, concurrency, self._re_add)
             outcomes.extend(more)
@@ -366,34 +369,6 @@ class _Tick:
         if len(errors) > 1:
             first.add_note(f"{len(errors) - 1} more row(s) failed in the same tick")
         return outcomes, first
-
-    async def _add_many(self, rows: Sequence[_Row]) -> tuple[list[_Row], Exception | None]:
-        """D2 for rows that have no job, in one `addBulk` round trip. Each row's
-        `dispatch.before_add` is announced first, in scan order; a probe that raises stops
-        there: the rows announced before it are still added (as the one-by-one loop had
-        added them), the rest wait for a later tick. Returns the rows added and the error.
-        If the add itself fails, no row counts as added: not marking a row whose add did
-        take effect is safe (the next scan finds its job queued, D3, D5)."""
-        announced: list[_Row] = []
-        error: Exception | None = None
-        for row in rows:
-            try:
-                await probes.announce("dispatch.before_add", task_id=row.id, run=row.run)
-            except Exception as err:
-                error = err
-                break
-            announced.append(row)
-        if not announced:
-            return [], error
-        job_ids = [task_job_id(r.id, r.run) for r in announced]
-        try:
-            await self._bounded(_many("add", job_ids), self.queue.addBulk([  # type: ignore[attr-defined]
-                {"name": JOB_NAME, "data": {"taskId": r.id, "run": r.run},
-                 "opts": {"jobId": job_id, "delay": r.delay_ms}}
-                for r, job_id in zip(announced, job_ids, strict=True)]))
-        except Exception as err:
-            return [], error or err
-        return announced, error
 
     async def reconcile_one(self, row: _Row) -> _Outcome:
         """D4 for one row; every branch names its rule."""
@@ -428,6 +403,11 @@ class _Tick:
         # since adding on top of it would be ignored as a duplicate and the task would
         # never run. Remove the old record, then add again.
         return await self._re_add(row)
+
+    async def _add_new(self, row: _Row) -> _Outcome:
+        """D4: no job → add (D2)."""
+        await self._add(row, task_job_id(row.id, row.run))
+        return _Outcome.ADDED
 
     async def _re_add(self, row: _Row) -> _Outcome:
         """D4 (inferred): remove the completed or orphaned record, then add again."""
