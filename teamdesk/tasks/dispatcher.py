@@ -7,7 +7,8 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
    the longest-unchecked, then by `run_at`. There is no `run_at <= now` condition:
    tomorrow's reminder is enqueued today as a delayed job.
 2. **Reconcile and enqueue** (D4, D2) each row against its queue job `task_job_id(id, run)`
-   (I2): look the job up, read its state, and add / refresh / re-add / fail it. Our
+   (I2): look the job up, read its state, and add / refresh / re-add / fail it — for the
+   whole scan at once on a bullmq queue (one round trip reads every row's state). Our
    decision for a record in no state at all (`unknown`, e.g. after partial key loss): like
    `completed`, remove it and add again — a plain add would be swallowed as a duplicate.
 3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
@@ -58,7 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from teamdesk import probes
 from teamdesk.config import Settings
 from teamdesk.tasks.ledger import QUERIES, Ledger, execute, fetch_all, fetch_one
-from teamdesk.tasks.queue import JOB_NAME, task_job_id
+from teamdesk.tasks.queue import JOB_NAME, can_look_up_in_bulk, job_states, task_job_id
 
 log = logging.getLogger("teamdesk.dispatcher")
 
@@ -298,9 +299,55 @@ class _Tick:
 
     async def reconcile(self, rows: Sequence[_Row], concurrency: int
                         ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
-        """Reconcile rows, up to `concurrency` at a time, in scan order. On the first error
-        no further row is started (D8); rows already in flight finish (their Redis calls
-        are bounded). Returns the outcomes of the rows that succeeded and the error."""
+        """Reconcile rows in scan order; on the first error no further row is started (D8).
+        Returns the outcomes of the rows that succeeded and the error.
+
+        With a bullmq queue on Redis one round trip reads every row's job state
+        (`queue.job_states`, issue 11) instead of `getJob` + `getState` per row; then the
+        rows without a job are added one by one (each after its own `dispatch.before_add`)
+        and the rare completed/orphaned records take the per-job remove + add. The
+        decisions are D4's, row by row, exactly as in `reconcile_one`. Other queues (the
+        book's offline fake) take `reconcile_one` per row, `concurrency` rows at a time."""
+        if not rows:
+            return [], None
+        if not can_look_up_in_bulk(self.queue):
+            return await self._each(rows, concurrency, self.reconcile_one)
+        job_ids = [task_job_id(r.id, r.run) for r in rows]
+        try:
+            states = await self._bounded(_many("getJob", job_ids),
+                                         job_states(self.queue, job_ids))  # type: ignore[arg-type]
+        except Exception as err:
+            return [], err
+        outcomes: list[tuple[_Row, _Outcome]] = []
+        to_add: list[_Row] = []
+        to_re_add: list[_Row] = []
+        for row, state in zip(rows, states, strict=True):
+            if state is None:
+                to_add.append(row)  # D4: no job → add (D2)
+            elif state in QUEUED_STATES:
+                outcomes.append((row, _Outcome.REFRESHED))  # D4: already queued
+            elif state == "failed":
+                # D4: failed, see reconcile_one: only a row without a lease is failed.
+                outcomes.append((row, _Outcome.FAIL if row.execution_id is None
+                                 else _Outcome.LEFT))
+            else:
+                to_re_add.append(row)  # D4 (inferred): completed / unknown
+        # D2, one add per row after its own `dispatch.before_add`, up to `concurrency` at
+        # a time: a probe holding one row must not hold back the adds of the others (a
+        # single addBulk after all the probes would).
+        outcomes_added, error = await self._each(to_add, concurrency, self._add_new)
+        outcomes.extend(outcomes_added)
+        if error is None and to_re_add:
+            more, error = await self._each(to_re_add, concurrency, self._re_add)
+            outcomes.extend(more)
+        return outcomes, error
+
+    async def _each(self, rows: Sequence[_Row], concurrency: int,
+                    one: Callable[[_Row], Awaitable[_Outcome]]
+                    ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
+        """`one(row)` for each row, up to `concurrency` rows at a time, in scan order. On
+        the first error no further row is started (D8); rows already in flight finish
+        (their Redis calls are bounded)."""
         outcomes: list[tuple[_Row, _Outcome]] = []
         errors: list[Exception] = []
         pending = iter(rows)
@@ -310,7 +357,7 @@ class _Tick:
                 if errors:
                     return
                 try:
-                    outcomes.append((row, await self.reconcile_one(row)))
+                    outcomes.append((row, await one(row)))
                 except Exception as err:
                     errors.append(err)
                     return
@@ -355,6 +402,16 @@ class _Tick:
         # all (`unknown`: partial key loss, e.g. a lost wait list) is handled the same way,
         # since adding on top of it would be ignored as a duplicate and the task would
         # never run. Remove the old record, then add again.
+        return await self._re_add(row)
+
+    async def _add_new(self, row: _Row) -> _Outcome:
+        """D4: no job → add (D2)."""
+        await self._add(row, task_job_id(row.id, row.run))
+        return _Outcome.ADDED
+
+    async def _re_add(self, row: _Row) -> _Outcome:
+        """D4 (inferred): remove the completed or orphaned record, then add again."""
+        job_id = task_job_id(row.id, row.run)
         removed = await self._bounded(f"remove({job_id})", self.queue.remove(job_id))
         if not removed:
             # removeJob refuses a locked job: a worker holds it right now (another
@@ -381,6 +438,12 @@ class _Tick:
             return await asyncio.wait_for(call, timeout)
         except TimeoutError:
             raise QueueTimeout(f"Redis did not answer {what} within {timeout:g} s") from None
+
+
+def _many(call: str, job_ids: Sequence[str]) -> str:
+    """How a bulk Redis call is named in a `QueueTimeout` (the job ids it was about)."""
+    more = f" and {len(job_ids) - 1} more" if len(job_ids) > 1 else ""
+    return f"{call}({job_ids[0]}{more})"
 
 
 # ---------------------------------------------------------------- the tick loop (D8)

@@ -87,40 +87,56 @@ def _require_access(task: Any, role: str | None) -> None:
         raise TaskRejected(RejectReason.ACCESS_LOST, f"owner {task.owner_id}")
 
 
-async def check_authorization(ctx: TaskContext, conn: psycopg.AsyncConnection,
-                              task: Any) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """Valid filters, owner still a member, staff if team-wide, within the limit; else
-    `TaskRejected` (P8). Membership and the count come back in one query, and the count is
-    taken once per run. Returns (filters, statement parameters, matching tickets)."""
+def _validated(task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task's filters, validated, and the statement parameters; else `TaskRejected`."""
     try:
         filters = validate_filters(task.filters)
     except InvalidFilters as err:
         raise TaskRejected(RejectReason.INVALID_FILTERS, str(err)) from None
-    params = filter_params(task, filters)
+    return filters, filter_params(task, filters)
+
+
+def _require_allowed(ctx: TaskContext, task: Any, role: str | None, matching: int) -> None:
+    """P8: owner still a member (staff if team-wide), and within the export limit."""
+    _require_access(task, role)
+    if matching > ctx.settings.export_limit:
+        raise TaskRejected(RejectReason.TOO_LARGE, f"{matching} > {ctx.settings.export_limit}")
+
+
+async def check_authorization(ctx: TaskContext, conn: psycopg.AsyncConnection,
+                              task: Any) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Valid filters, owner still a member, staff if team-wide, within the limit; else
+    `TaskRejected` (P8). Membership and the count come back in one query, and the count is
+    taken once per run. Returns (filters, statement parameters, matching tickets).
+    (`run_export` reads the same answer together with its first batch: `export_start`.)"""
+    filters, params = _validated(task)
     auth = await fetch_one(conn, "export_authorize", params)
-    _require_access(task, auth.role)
-    if auth.matching > ctx.settings.export_limit:
-        raise TaskRejected(RejectReason.TOO_LARGE,
-                           f"{auth.matching} > {ctx.settings.export_limit}")
+    _require_allowed(ctx, task, auth.role, auth.matching)
     return filters, params, auth.matching
 
 
 async def run_export(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, lease: Lease,
                      task: Any) -> str:
-    """X1, P4, P5 on the run's connection; `task` is the row the claim returned."""
-    filters, params, total = await check_authorization(ctx, conn, task)
+    """X1, P4, P5 on the run's connection; `task` is the row the claim returned.
+
+    Authorization, the count and the first batch come back in one round trip
+    (`export_start`, issue 11); the first batch is used only once the check passed."""
+    filters, params = _validated(task)
     batch_size = ctx.settings.export_batch_size
+    start = await fetch_all(conn, "export_start", {**params, "batch_size": batch_size})
+    _require_allowed(ctx, task, start[0].role, start[0].matching)
+    total = start[0].matching
+    batch: list[Any] = [r for r in start if r.id is not None]
     rows: list[Any] = []
-    last_id = 0
     batch_no = 0
     while True:
-        batch = await fetch_all(conn, "export_batch",
-                                {**params, "after_id": last_id, "batch_size": batch_size})
+        if batch_no:  # the first batch came with the authorization
+            batch = await fetch_all(conn, "export_batch", {
+                **params, "after_id": rows[-1].id, "batch_size": batch_size})
         if not batch:
             break
         batch_no += 1
         rows.extend(batch)
-        last_id = batch[-1].id
         ctx_args = dict(task_id=lease.task_id, run=lease.run, execution_id=lease.execution_id,
                         actor=ctx.actor, batch=batch_no, read=len(rows), total=total)
         await probes.announce("export.after_read", **ctx_args)

@@ -11,15 +11,16 @@ here, at commit.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from teamdesk import probes
 from teamdesk.tasks.lease import Lease, leased_update
-from teamdesk.tasks.ledger import execute, fetch_one
+from teamdesk.tasks.ledger import execute
 
 if TYPE_CHECKING:
-    import psycopg
-
     from teamdesk.tasks.processor import TaskContext
 
 
@@ -39,9 +40,19 @@ def stale_reason(task: Any, ticket: Any | None) -> str | None:
 async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, lease: Lease,
                        task: Any) -> str:
     """P10 on the run's connection; `task` is the row the claim returned."""
-    async with conn.transaction():
-        await execute(conn, "team_lock", {"team_id": task.team_id})
-        ticket = await fetch_one(conn, "reminder_ticket", {"ticket_id": task.ticket_id})
+    async with contextlib.AsyncExitStack() as transaction:
+        # BEGIN, the team lock and the ticket read leave in one round trip (psycopg's
+        # pipeline mode, issue 11) and still run one after the other on the server: the
+        # read's snapshot is taken after the lock is granted, so it sees the ticket as the
+        # previous lock holder committed it. The transaction outlives the pipeline block:
+        # a plain `AsyncTransaction` (`conn.transaction()` would keep the connection in
+        # pipeline mode until COMMIT, where a fenced UPDATE's rowcount is not known yet);
+        # the exit stack commits it at the end of this block, or rolls it back on error.
+        async with conn.pipeline():
+            await transaction.enter_async_context(psycopg.AsyncTransaction(conn))
+            await execute(conn, "team_lock", {"team_id": task.team_id})
+            read = await execute(conn, "reminder_ticket", {"ticket_id": task.ticket_id})
+        ticket = await read.fetchone()
         reason = stale_reason(task, ticket)
         await probes.announce("reminder.after_lease_check", task_id=lease.task_id, run=lease.run,
                               execution_id=lease.execution_id, actor=ctx.actor)
