@@ -539,7 +539,7 @@ async def call_costs(base: Settings, calls: int = 300) -> None:
     from sqlalchemy import select
 
     from teamdesk.db.models import BackgroundTask, TaskType
-    from teamdesk.tasks.exports import check_authorization
+    from teamdesk.tasks.exports import authorize_and_start
     from teamdesk.tasks.lease import claim, leased_update
     from teamdesk.tasks.ledger import Ledger
     from teamdesk.tasks.processor import TaskContext, process_task
@@ -565,7 +565,7 @@ async def call_costs(base: Settings, calls: int = 300) -> None:
 
         async def auth() -> None:
             async with ledger.connection() as conn:
-                await check_authorization(ctx, conn, sample)
+                await authorize_and_start(ctx, conn, sample)
 
         async def progress() -> None:
             async with ledger.connection() as conn:
@@ -590,7 +590,7 @@ async def call_costs(base: Settings, calls: int = 300) -> None:
 
         await timed("pool checkout + SELECT 1", raw, calls)
         await timed("claim UPDATE … RETURNING, P2", claim_again, calls)
-        await timed("export_authorize (member + count, one query), X1", auth, calls)
+        await timed("export_start (member + count + first batch, one query), X1", auth, calls)
         await timed("progress write with the lease, P4", progress, calls)
 
         def per_task(ids: list[str]):

@@ -57,7 +57,7 @@ def to_csv(tickets: list[Any]) -> str:
 
 
 def filter_params(task: Any, filters: dict[str, Any]) -> dict[str, Any]:
-    """The parameters of `export_authorize` / `export_batch`: the same meaning as
+    """The parameters of `export_start` / `export_batch`: the same meaning as
     `services.exports.export_query` (request and execution agree, P8), with NULL for an
     unused filter so the statement text never changes."""
     def day(key: str) -> datetime | None:
@@ -103,30 +103,25 @@ def _require_allowed(ctx: TaskContext, task: Any, role: str | None, matching: in
         raise TaskRejected(RejectReason.TOO_LARGE, f"{matching} > {ctx.settings.export_limit}")
 
 
-async def check_authorization(ctx: TaskContext, conn: psycopg.AsyncConnection,
-                              task: Any) -> tuple[dict[str, Any], dict[str, Any], int]:
+async def authorize_and_start(ctx: TaskContext, conn: psycopg.AsyncConnection, task: Any,
+                              ) -> tuple[dict[str, Any], dict[str, Any], int, list[Any]]:
     """Valid filters, owner still a member, staff if team-wide, within the limit; else
-    `TaskRejected` (P8). Membership and the count come back in one query, and the count is
-    taken once per run. Returns (filters, statement parameters, matching tickets).
-    (`run_export` reads the same answer together with its first batch: `export_start`.)"""
+    `TaskRejected` (P8). The owner's role, the count and the first batch come back in one
+    round trip (`export_start`, issue 11), and the count is taken once per run; the batch
+    is used only once the check passed. Returns (filters, statement parameters, matching
+    tickets, first batch)."""
     filters, params = _validated(task)
-    auth = await fetch_one(conn, "export_authorize", params)
-    _require_allowed(ctx, task, auth.role, auth.matching)
-    return filters, params, auth.matching
+    start = await fetch_all(conn, "export_start",
+                            {**params, "batch_size": ctx.settings.export_batch_size})
+    _require_allowed(ctx, task, start[0].role, start[0].matching)
+    return filters, params, start[0].matching, [r for r in start if r.id is not None]
 
 
 async def run_export(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, lease: Lease,
                      task: Any) -> str:
-    """X1, P4, P5 on the run's connection; `task` is the row the claim returned.
-
-    Authorization, the count and the first batch come back in one round trip
-    (`export_start`, issue 11); the first batch is used only once the check passed."""
-    filters, params = _validated(task)
+    """X1, P4, P5 on the run's connection; `task` is the row the claim returned."""
+    filters, params, total, batch = await authorize_and_start(ctx, conn, task)
     batch_size = ctx.settings.export_batch_size
-    start = await fetch_all(conn, "export_start", {**params, "batch_size": batch_size})
-    _require_allowed(ctx, task, start[0].role, start[0].matching)
-    total = start[0].matching
-    batch: list[Any] = [r for r in start if r.id is not None]
     rows: list[Any] = []
     batch_no = 0
     while True:

@@ -69,23 +69,6 @@ UPDATE background_tasks
  WHERE id = %(task_id)s AND run = %(run)s AND execution_id = %(execution_id)s
    AND status = 'RUNNING';
 
--- export_authorize --
--- X1, P8: the owner's role in the team (NULL when no longer a member) and how many tickets
--- the export covers, in one round trip. Optional filters are NULL when unused, so the
--- text stays fixed whatever the filters are.
-SELECT (SELECT role::text FROM members
-         WHERE team_id = %(team_id)s AND user_id = %(owner_id)s) AS role,
-       (SELECT count(*) FROM tickets
-         WHERE team_id = %(team_id)s AND deleted_at IS NULL
-           AND (%(creator_id)s::text IS NULL OR creator_id = %(creator_id)s::text)
-           AND (%(statuses)s::text[] IS NULL OR status::text = ANY(%(statuses)s::text[]))
-           AND (%(priorities)s::text[] IS NULL OR priority::text = ANY(%(priorities)s::text[]))
-           AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-           AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-           AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
-           AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
-       ) AS matching;
-
 -- export_recheck --
 -- X1: authorization again, right before the result is written: the owner's role only
 -- (the count was taken once; the rows read are counted in Python).
@@ -93,7 +76,7 @@ SELECT role::text AS role FROM members WHERE team_id = %(team_id)s AND user_id =
 
 -- export_batch --
 -- X1: the next batch of matching tickets after `after_id`, in id order (same filters as
--- export_authorize).
+-- export_start).
 SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
        assignee_id, due_at, created_at
   FROM tickets
@@ -110,11 +93,11 @@ SELECT id, title, status::text AS status, priority::text AS priority, creator_id
  LIMIT %(batch_size)s;
 
 -- export_start --
--- X1, P8, issue 11: `export_authorize` and the first `export_batch` (after_id 0) in one
+-- X1, P8, issue 11: the owner's role, the matching count and the first `export_batch` (after_id 0) in one
 -- round trip: one row per ticket of the first batch, each carrying the owner's role and
 -- the matching count (one row with NULL ticket columns when nothing matches). The batch
 -- is read before the executor checks the role and the limit; a rejected run discards it
--- unused and writes nothing (P8). Same filters as export_authorize.
+-- unused and writes nothing (P8). Same filters as export_batch.
 SELECT a.role, a.matching, b.id, b.title, b.status, b.priority, b.creator_id, b.assignee_id,
        b.due_at, b.created_at
   FROM (SELECT (SELECT role::text FROM members
