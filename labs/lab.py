@@ -59,7 +59,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from labs import _scope, leftovers
+from labs import _scope, counterexamples, leftovers
 from labs import stage as _stage
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
@@ -229,6 +229,7 @@ class Lab:
         self.logs: collections.deque[str] = collections.deque(maxlen=_MAX_LOG_LINES)
         self._cleanups: list[Callable[[], Any]] = []
         self._gates: list[Gate | Fault] = []
+        self._switches: list[counterexamples.Switch] = []
         self._closing = False
         self._closed = False
         self._teardown_task: asyncio.Future[None] | None = None
@@ -393,6 +394,9 @@ class Lab:
         for g in self._gates:
             g.close()
         self._gates.clear()
+        for switch in self._switches:
+            switch.off()
+        self._switches.clear()
         workers = list(self.workers.items())
         self.workers.clear()
         if workers:
@@ -713,6 +717,19 @@ class Lab:
                   observer=lambda event, ctx: self.history.on_gate("fault", point, event, ctx))
         self._gates.append(f)
         return f
+
+    def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
+        """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
+        "status-only-guard") for this lab's executors only, and only `actor`'s if given:
+        learners watch the bug happen without editing the product. `switch.off()` or
+        `close()` turns it off; switching the same bug on again replaces the first."""
+        self._require_open()
+        for old in [s for s in self._switches if s.bug == bug and s.actor == actor]:
+            old.off()
+            self._switches.remove(old)
+        switch = counterexamples.switch_on(bug, self, actor)
+        self._switches.append(switch)
+        return switch
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,
