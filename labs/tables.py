@@ -4,6 +4,9 @@
     await queue(lab)             # every job record under the lab's prefix
     await ledger_vs_queue(lab)   # one row per task (+ orphan jobs) with a `verdict`
     show(df)                     # for display: every missing value as `MISSING` ("–")
+    await board(lab, cols, names=names, tasks=[...])   # ledger_vs_queue, shown, by name
+    await row(lab, task_id)      # one whole ledger row as a dict ("nothing changed" checks)
+    await reminder_effects(lab, ticket_id)   # (notifications, reminder_sent events, version)
 
 The column orders are fixed (`LEDGER_COLUMNS`, `QUEUE_COLUMNS`, `COMPARE_COLUMNS`) so a
 notebook can assert on them. Ids are short: task ids are already short (`T7KQ2M`), job ids
@@ -21,10 +24,10 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from labs.history import short
-from teamdesk.db.models import BackgroundTask, TaskStatus
+from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.tasks.queue import task_job_id
 
 T = TypeVar("T")
@@ -199,3 +202,46 @@ def show(df: pd.DataFrame) -> pd.DataFrame:
     columns; assert on the original frame, not on this one."""
     out = df.astype(object)
     return out.where(~(out.isna() | (out == "")), MISSING)
+
+
+async def board(lab: Any, columns: list[str], *, names: Any = None,
+                tasks: list[Any] | None = None) -> pd.DataFrame:
+    """`ledger_vs_queue` for display (`show`), in `columns` (any of `COMPARE_COLUMNS`, plus
+    "task" and "dispatched_at"). With `names` (`labs.names.Names`) the execution column
+    shows lease names (E1, E2, …) and "task" the task's name. With `tasks` (tasks or task
+    ids) only those rows, in that order. "dispatched_at" says "set" or missing (D2)."""
+    df = await ledger_vs_queue(lab)
+    if tasks is not None:
+        ids = [getattr(t, "id", t) for t in tasks]
+        df = df[df["task_id"].isin(ids)].set_index("task_id").loc[
+            [i for i in ids if i in set(df["task_id"])]].reset_index()
+    if names is not None:
+        df["execution"] = [names.lease_of(e) for e in df["execution"]]
+        df["task"] = [names.of(t) for t in df["task_id"]]
+    if "dispatched_at" in columns:
+        led = await ledger(lab)
+        marked = dict(zip(led["id"], led["dispatched_at"].notna(), strict=True))
+        df["dispatched_at"] = ["set" if marked.get(t) else None for t in df["task_id"]]
+    return show(df[columns])
+
+
+async def row(lab: Any, task_id: str) -> dict[str, Any]:
+    """The whole ledger row of one task, column name → value: compare two of them to prove
+    that *nothing at all* changed (P3)."""
+    async with lab.sessions() as session:
+        t = await session.get(BackgroundTask, task_id)
+    if t is None:
+        raise KeyError(f"no task {task_id!r} in lab {lab.name!r}")
+    return {c.name: getattr(t, c.key) for c in BackgroundTask.__table__.columns}
+
+
+async def reminder_effects(lab: Any, ticket_id: int) -> tuple[int, int, int]:
+    """A reminder's three effects on one ticket (P10): (notifications, `reminder_sent`
+    events, the ticket's version)."""
+    async with lab.sessions() as s:
+        n = await s.scalar(select(func.count()).select_from(Notification).where(
+            Notification.ticket_id == ticket_id))
+        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
+            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
+        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
+    return n, e, v

@@ -9,25 +9,15 @@ import io
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import update
 
-from labs import counterexamples
+from labs import counterexamples, tables
 from labs.lab import STUCK, WATCHFUL, Lab
-from teamdesk.db.models import Notification, TaskStatus, Ticket, TicketEvent
+from teamdesk.db.models import TaskStatus, Ticket
 from teamdesk.tasks import exports, lease, processor, reminders
 from teamdesk.tasks.queue import task_job_id
 
 T = 8
-
-
-async def _effects(lab: Lab, ticket_id: int) -> tuple[int, int, int]:
-    async with lab.sessions() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
 
 
 async def _recovered_under_a(lab: Lab) -> tuple[str, tuple, tuple, TaskStatus]:
@@ -36,7 +26,7 @@ async def _recovered_under_a(lab: Lab) -> tuple[str, tuple, tuple, TaskStatus]:
     before, effects after, ledger status after)."""
     ticket, task = await lab.create_ticket("Check the invoice", due_at=datetime.now(UTC),
                                            assignee_id="cai")
-    before = await _effects(lab, ticket.id)
+    before = await tables.reminder_effects(lab, ticket.id)
     gate = lab.gate("reminder.after_event", actor="A", when=lambda c: c["task_id"] == task.id)
     if "A" not in lab.workers:
         await lab.start_worker("A")
@@ -46,7 +36,8 @@ async def _recovered_under_a(lab: Lab) -> tuple[str, tuple, tuple, TaskStatus]:
     await lab.dispatch()  # D6: WAITING, lease cleared, while A is inside its transaction
     gate.release()
     done = await lab.wait_for("completed", actor="A", job_id=task_job_id(task.id, 0), timeout=T)
-    return done["result"], before, await _effects(lab, ticket.id), (await lab.task(task.id)).status
+    after = await tables.reminder_effects(lab, ticket.id)
+    return done["result"], before, after, (await lab.task(task.id)).status
 
 
 async def test_forgot_row_count_commits_a_lost_lease_in_its_own_lab_only(service_settings):

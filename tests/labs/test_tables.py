@@ -148,3 +148,44 @@ def test_integer_columns_survive_missing_values():
                 ("job_id", "attemptsMade"), ints=("attemptsMade",))
     assert df["attemptsMade"].isna().tolist() == [True, False]
     assert int(df["attemptsMade"].iloc[1]) == 3
+
+
+async def test_board_names_tasks_and_leases_and_row_is_the_whole_row(lab):
+    """`board` for people: only the tasks asked for, in that order, by name, the lease as
+    E1, `dispatched_at` as set/missing; `row` is every column of the ledger row."""
+    from labs.names import Names
+
+    names = Names()
+    first = names("first", await lab.request_export({"status": ["OPEN"]}))
+    second = names("second", await lab.request_export({"status": ["CLOSED"]}))
+    gate = lab.gate("export.after_read", when=lambda ctx: ctx["task_id"] == first.id)
+    await lab.start_worker("W")
+    await lab.enqueue(first.id)
+    ctx = await gate.reached()
+    assert names.lease(ctx["execution_id"]) == "E1"
+    shown = await tables.board(lab, ["task", "status", "execution", "dispatched_at"],
+                               names=names, tasks=[second, first])
+    assert shown.values.tolist() == [["second", "WAITING", tables.MISSING, tables.MISSING],
+                                     ["first", "RUNNING", "E1", tables.MISSING]]
+    whole = await tables.row(lab, first.id)
+    assert whole["execution_id"] == ctx["execution_id"] and whole["status"].value == "RUNNING"
+    assert set(whole) == {c.name for c in tables.BackgroundTask.__table__.columns}
+    gate.release()
+    await lab.wait_for("completed", task_id=first.id)
+    await lab.stop_worker("W")  # so that `second` stays WAITING once dispatched
+    await lab.dispatch()  # marks `second` dispatched (D2)
+    shown = await tables.board(lab, ["task", "dispatched_at"], names=names, tasks=[second])
+    assert shown.values.tolist() == [["second", "set"]]
+
+
+def test_names_keep_the_first_name_of_a_lease_and_let_a_label_win():
+    from labs.names import Names
+
+    names = Names()
+    assert [names.lease("aaaaaaaa-1"), names.lease("bbbbbbbb-2"), names.lease("aaaaaaaa-9")] \
+        == ["E1", "E2", "E1"]
+    assert names.lease("cccccccc-3", "E3 (retry)") == "E3 (retry)"
+    assert names.lease_of("cccccccc") == "E3 (retry)" and names.lease_of("") is None
+    assert names.of("unnamed") == "unnamed"
+    names.clear()
+    assert names.lease("bbbbbbbb-2") == "E1"
