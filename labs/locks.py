@@ -57,7 +57,8 @@ async def holders(lab: Any) -> list[dict[str, Any]]:
 
 #: Probe points that lie inside the team-locked reminder transaction (`teamdesk.probes`):
 #: an executor paused at one of them holds the team lock.
-LOCKED_POINTS = ("reminder.after_lease_check", "reminder.after_event")
+LOCKED_POINTS = ("reminder.after_lease_check", "reminder.after_event",
+                 "reminder.after_completion")
 
 
 def _paused_actors(lab: Any) -> list[str]:
@@ -104,3 +105,24 @@ async def bounded(lab: Any, action: Callable[[AsyncSession], Awaitable[T]], *,
                            f"{lab.team!r}: {await describe_holder(lab)}") from None
     finally:
         await engine.dispose()
+
+
+#: Who waits on a lock in an UPDATE of the ledger, and who blocks it (ch. 26 §5, P12: a
+#: claim waiting on the row lock of a completion that has not committed yet).
+ROW_LOCK_WAITS_SQL = text("""
+SELECT b.state AS blocker_state, left(b.query, 60) AS blocker_query,
+       (SELECT array_agg(l.locktype::text) FROM pg_locks l
+         WHERE l.pid = w.pid AND NOT l.granted) AS waiting_for
+FROM pg_stat_activity w
+CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid)
+JOIN pg_stat_activity b ON b.pid = bp.pid
+WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'
+  AND w.query ILIKE '%update%background_tasks%'
+""")
+
+
+async def row_lock_waits(lab: Any) -> list[dict[str, Any]]:
+    """Backends of `lab`'s database whose UPDATE of `background_tasks` waits on a lock:
+    what they wait for (`transactionid` = a row lock) and the blocker's state and query."""
+    async with lab.sessions() as s:
+        return [dict(r) for r in (await s.execute(ROW_LOCK_WAITS_SQL)).mappings().all()]
