@@ -50,6 +50,13 @@ class Names:
             return self.leases.get(execution[:8], execution)
         return None
 
+    def text(self, line: str) -> str:
+        """`line` with every named lease (its 8 characters) replaced by its name, for
+        log-like lines such as a counterexample's `effects`."""
+        for key, name in self.leases.items():
+            line = line.replace(key, name)
+        return line
+
     def clear(self) -> None:
         """Forget every name (a race started over)."""
         self.ids.clear()

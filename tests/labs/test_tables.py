@@ -187,5 +187,7 @@ def test_names_keep_the_first_name_of_a_lease_and_let_a_label_win():
     assert names.lease("cccccccc-3", "E3 (retry)") == "E3 (retry)"
     assert names.lease_of("cccccccc") == "E3 (retry)" and names.lease_of("") is None
     assert names.of("unnamed") == "unnamed"
+    assert names.text("written under cccccccc's lease, not aaaaaaaa") == \
+        "written under E3 (retry)'s lease, not E1"
     names.clear()
     assert names.lease("bbbbbbbb-2") == "E1"
