@@ -225,20 +225,27 @@ async def board(lab: Any, columns: list[str], *, names: Any = None,
     return show(df[columns])
 
 
-async def row(lab: Any, task_id: str) -> dict[str, Any]:
+def _sessions(where: Any) -> Any:
+    """A lab's sessionmaker, or `where` itself when it is one (the integration tests, which
+    have no lab, use `row` and `reminder_effects` too)."""
+    return getattr(where, "sessions", where)
+
+
+async def row(where: Any, task_id: str) -> dict[str, Any]:
     """The whole ledger row of one task, column name → value: compare two of them to prove
-    that *nothing at all* changed (P3)."""
-    async with lab.sessions() as session:
+    that *nothing at all* changed (P3). `where`: a lab or an async sessionmaker."""
+    async with _sessions(where)() as session:
         t = await session.get(BackgroundTask, task_id)
     if t is None:
-        raise KeyError(f"no task {task_id!r} in lab {lab.name!r}")
+        raise KeyError(f"no task {task_id!r}")
     return {c.name: getattr(t, c.key) for c in BackgroundTask.__table__.columns}
 
 
-async def reminder_effects(lab: Any, ticket_id: int) -> tuple[int, int, int]:
-    """A reminder's three effects on one ticket (P10): (notifications, `reminder_sent`
-    events, the ticket's version)."""
-    async with lab.sessions() as s:
+async def reminder_effects(where: Any, ticket_id: int) -> tuple[int, int, int]:
+    """A reminder's three effects on one ticket: (notifications, `reminder_sent` events,
+    the ticket's version). P10 promises all three move together, exactly once. `where`: a
+    lab or an async sessionmaker."""
+    async with _sessions(where)() as s:
         n = await s.scalar(select(func.count()).select_from(Notification).where(
             Notification.ticket_id == ticket_id))
         e = await s.scalar(select(func.count()).select_from(TicketEvent).where(

@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import update
 
 from labs.gates import Fault, Gate
 from labs.recorder import Recorder
+from labs.tables import reminder_effects
+from labs.tables import row as task_row
 from teamdesk.db.models import BackgroundTask
 from teamdesk.tasks.queue import JOB_NAME, create_task_queue, task_job_id
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
@@ -71,27 +73,6 @@ async def enqueue(queue, task_id: str, run: int = 0, **opts: Any):
     """Add the job exactly as the dispatcher does (D2), with optional option overrides."""
     return await queue.add(JOB_NAME, {"taskId": task_id, "run": run},
                            {"jobId": task_job_id(task_id, run), **opts})
-
-
-async def task_row(sessions, task_id: str) -> dict[str, Any]:
-    """The whole ledger row as a dict (for 'the row still equals the snapshot')."""
-    async with sessions() as s:
-        t = await s.scalar(select(BackgroundTask).where(BackgroundTask.id == task_id))
-        return {c.name: getattr(t, c.key) for c in BackgroundTask.__table__.columns}
-
-
-async def reminder_effects(sessions, ticket_id: int) -> tuple[int, int, int]:
-    """A reminder's side effects on its ticket: (notifications, `reminder_sent` events,
-    ticket version). P10 promises all three move together, exactly once."""
-    from teamdesk.db.models import Notification, Ticket, TicketEvent
-
-    async with sessions() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
 
 
 async def once_more_changes_nothing(sessions, task_id: str,
