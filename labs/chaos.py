@@ -71,6 +71,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import tempfile
 import time
@@ -925,8 +926,10 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
                             f"{config.counterexample}")
     schedule = make_schedule(config.seed, config.workers, config.duration, kinds)
     report = ChaosReport(config=config, schedule=schedule, notes=notes_before, kinds=kinds)
+    own_logs = log_dir is None  # ours to remove after a clean run; a caller's is kept
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="teamdesk-chaos-"))
     report.log_dir = log_dir
+    discard_logs = False
     run = _Run(settings, config, report, out, log_dir)
     run.redis = redis
 
@@ -1008,6 +1011,10 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             report.violations.append(f"the system did not settle within {config.settle:g} s")
         report.notes.extend(_log_notes(run))
         report.notes.extend(await _outage_notes(run, sessions))
+        # The workers' logs are kept when there is something to read in them.
+        discard_logs = own_logs and not (report.violations or report.findings)
+        if discard_logs:
+            report.log_dir = None
         _print_summary(report, kinds, out)
         return report
     finally:
@@ -1023,6 +1030,8 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             with contextlib.suppress(Exception):
                 await proxy.close()
         await engine.dispose()
+        if discard_logs:
+            shutil.rmtree(log_dir, ignore_errors=True)
 
 
 async def _restore(run: _Run) -> None:
@@ -1177,7 +1186,7 @@ def _print_summary(report: ChaosReport, kinds: tuple[str, ...],
         out("  findings (not ledger invariants, not counted as violations):")
         for n in report.findings:
             out(f"    {n}")
-    out(f"  worker logs: {report.log_dir}")
+    out(f"  worker logs: {report.log_dir or 'removed (a clean run; pass log_dir= to keep them)'}")
     out(f"  violations: {len(report.violations)}")
     for line in report.violations[:30]:
         out(f"    VIOLATION {line}")

@@ -19,6 +19,7 @@ import itertools
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from sqlalchemy import select, text
@@ -71,19 +72,21 @@ def test_dry_run_prints_the_same_schedule_for_the_same_seed():
     assert lines == [f"{e.describe()}".strip() for e in make_schedule(11, 3, 12.0)]
 
 
-async def test_short_seeded_chaos_run_keeps_every_invariant(settings, tmp_path):
+async def test_short_seeded_chaos_run_keeps_every_invariant(settings, tmp_path, monkeypatch):
     """P10-P13, D5, D6, W4: after ~10 s of faults and a bounded settle, every task is
     COMPLETED or FAILED with a fixed text, nothing is lost, each export's CSV equals a
     fresh recomputation, each current reminder revision delivered exactly once and
-    superseded ones never, and no COMPLETED row changed after it was first seen. Then the
-    checker is shown to fail on a tampered ledger."""
+    superseded ones never, and no COMPLETED row changed after it was first seen. A run
+    without findings removes the worker-log folder it made. Then the checker is shown to fail on a
+    tampered ledger."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run_chaos makes its logs
     kinds = KINDS if not os.environ.get("REDIS_URL") else tuple(
         k for k in KINDS if k != "redis")
     lines: list[str] = []
     config = ChaosConfig(seed=7, workers=2, tasks=120, duration=10.0, kinds=kinds,
                          settle=45.0)
     try:
-        report = await run_chaos(settings, config, out=lines.append, log_dir=tmp_path)
+        report = await run_chaos(settings, config, out=lines.append)
     finally:
         await clear_prefix(settings)
     output = "\n".join(lines)
@@ -93,6 +96,11 @@ async def test_short_seeded_chaos_run_keeps_every_invariant(settings, tmp_path):
     assert report.by_status["EXPORT COMPLETED"] > 0 and report.by_status[
         "REMINDER COMPLETED"] > 0, output
     assert "violations: 0" in output
+    if report.findings:  # something to read in the logs: they are kept
+        assert report.log_dir is not None and report.log_dir.is_dir(), output
+    else:
+        assert report.log_dir is None and not list(tmp_path.glob("teamdesk-chaos-*")), output
+        assert "worker logs: removed" in output
 
     # The checker can fail: tamper with the ledger and the side effects, check again.
     from teamdesk.db.engine import create_engine, session_factory
