@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pandas as pd
-
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
 
@@ -78,8 +76,9 @@ async def execution_status(lab: Any, ctx: TaskContext, attempts_made: int,
     return tried[attempts_made]
 
 
-def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> pd.DataFrame:
-    """§1's table: the three identities of one task in its two rounds (I1, I2, I3)."""
+def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
+    """§1's table, as text to print: the three identities of one task in its two rounds,
+    with what each is (I1, I2, I3)."""
     rows = [
         ("task id", round_1.id, round_2.id, "the ledger row: one for the task's whole life"),
         ("run", round_1.run, round_2.run, 'the round; the page shows "round run+1"'),
@@ -89,4 +88,6 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> pd.DataFra
         ("ledger attempts", round_1.attempts, round_2.attempts, "attemptsMade + 1 of that job"),
         ("status", round_1.status.value, round_2.status.value, ""),
     ]
-    return pd.DataFrame(rows, columns=["", "round 1", "round 2", "what it is"]).set_index("")
+    lines = [f"{'':<17}{'round 1':<11}{'round 2':<11}"]
+    lines += [f"{name:<17}{one!s:<11}{two!s:<11}{note}" for name, one, two, note in rows]
+    return "\n".join(lines)
