@@ -54,6 +54,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma-separated fault kinds, of {','.join(ALL_KINDS)}")
     parser.add_argument("--settle", type=float, default=90.0,
                         help="bound of the settle phase after the window, seconds")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the workers' log folder even after a clean run (by "
+                             "default it is kept only when there is a violation or a finding)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the fault schedule and the task plan, run nothing")
     args = parser.parse_args(argv)
@@ -86,7 +89,7 @@ async def main(argv: list[str] | None = None) -> int:
     url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_chaos")
     settings = base.replace(database_url=url, queue_prefix=f"chaos{os.getpid()}")
     try:
-        report = await run_chaos(settings, config)
+        report = await run_chaos(settings, config, keep_logs=True if args.keep_logs else None)
     except ChaosRefused as err:
         print(f"chaos: refused: {err}")
         return 2

@@ -892,11 +892,15 @@ class _Run:
 async def run_chaos(settings: Settings, config: ChaosConfig, *,
                     out: Callable[[str], None] = print,
                     log_dir: Path | None = None,
-                    redis: RedisRestart | None = None) -> ChaosReport:
+                    redis: RedisRestart | None = None,
+                    keep_logs: bool | None = None) -> ChaosReport:
     """One chaos run in the world of `settings` (a fresh database and queue prefix, which
     the caller owns). Raises `ChaosRefused` before doing anything it must not do.
     `redis` says which server the "redis" faults restart (`private_restarter` for a lab's
-    own); by default the embedded one, when it is ours (`redis_restarter`)."""
+    own); by default the embedded one, when it is ours (`redis_restarter`). The workers'
+    logs go to `log_dir` (kept), else to a temporary folder that is removed after the run
+    unless there is something to read in it (a violation or a finding); `keep_logs`
+    True/False keeps/removes that folder whatever happened (a notebook passes False)."""
     from teamdesk.db.engine import create_engine, session_factory
 
     if config.counterexample is not None and config.counterexample not in COUNTEREXAMPLES:
@@ -929,7 +933,7 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
     own_logs = log_dir is None  # ours to remove after a clean run; a caller's is kept
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="teamdesk-chaos-"))
     report.log_dir = log_dir
-    discard_logs = False
+    discard_logs = own_logs and keep_logs is False
     run = _Run(settings, config, report, out, log_dir)
     run.redis = redis
 
@@ -1012,7 +1016,8 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
         report.notes.extend(_log_notes(run))
         report.notes.extend(await _outage_notes(run, sessions))
         # The workers' logs are kept when there is something to read in them.
-        discard_logs = own_logs and not (report.violations or report.findings)
+        discard_logs = own_logs and (keep_logs is False or (
+            keep_logs is None and not (report.violations or report.findings)))
         if discard_logs:
             report.log_dir = None
         _print_summary(report, kinds, out)
@@ -1186,7 +1191,8 @@ def _print_summary(report: ChaosReport, kinds: tuple[str, ...],
         out("  findings (not ledger invariants, not counted as violations):")
         for n in report.findings:
             out(f"    {n}")
-    out(f"  worker logs: {report.log_dir or 'removed (a clean run; pass log_dir= to keep them)'}")
+    kept = report.log_dir or "removed (nothing to read in them; --keep-logs keeps them)"
+    out(f"  worker logs: {kept}")
     out(f"  violations: {len(report.violations)}")
     for line in report.violations[:30]:
         out(f"    VIOLATION {line}")
