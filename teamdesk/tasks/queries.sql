@@ -93,38 +93,32 @@ SELECT id, title, status::text AS status, priority::text AS priority, creator_id
  LIMIT %(batch_size)s;
 
 -- export_start --
--- X1, P8, issue 11: the owner's role, the matching count and the first `export_batch` (after_id 0) in one
--- round trip: one row per ticket of the first batch, each carrying the owner's role and
--- the matching count (one row with NULL ticket columns when nothing matches). The batch
--- is read before the executor checks the role and the limit; a rejected run discards it
--- unused and writes nothing (P8). Same filters as export_batch.
+-- X1, P8, issue 11: the owner's role, the matching count and the first `export_batch` (after_id
+-- 0) in one round trip: one row per ticket of the first batch, each carrying the owner's
+-- role and the matching count (one row with NULL ticket columns when nothing matches). The
+-- batch is read before the executor checks the role and the limit; a rejected run discards
+-- it unused and writes nothing (P8). Same filters as export_batch. `matching` is NOT
+-- MATERIALIZED: the planner inlines it into both uses, so the count stays a count and the
+-- batch stops at its LIMIT, as if the filter were written out twice.
+WITH matching AS NOT MATERIALIZED (
+    SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
+           assignee_id, due_at, created_at
+      FROM tickets
+     WHERE team_id = %(team_id)s AND deleted_at IS NULL
+       AND (%(creator_id)s::text IS NULL OR creator_id = %(creator_id)s::text)
+       AND (%(statuses)s::text[] IS NULL OR status::text = ANY(%(statuses)s::text[]))
+       AND (%(priorities)s::text[] IS NULL OR priority::text = ANY(%(priorities)s::text[]))
+       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+       AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
+       AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
+       AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
+)
 SELECT a.role, a.matching, b.id, b.title, b.status, b.priority, b.creator_id, b.assignee_id,
        b.due_at, b.created_at
   FROM (SELECT (SELECT role::text FROM members
                  WHERE team_id = %(team_id)s AND user_id = %(owner_id)s) AS role,
-               (SELECT count(*) FROM tickets
-                 WHERE team_id = %(team_id)s AND deleted_at IS NULL
-                   AND (%(creator_id)s::text IS NULL OR creator_id = %(creator_id)s::text)
-                   AND (%(statuses)s::text[] IS NULL OR status::text = ANY(%(statuses)s::text[]))
-                   AND (%(priorities)s::text[] IS NULL OR priority::text = ANY(%(priorities)s::text[]))
-                   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-                   AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-                   AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
-                   AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
-               ) AS matching) AS a
-  LEFT JOIN (SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
-                    assignee_id, due_at, created_at
-               FROM tickets
-              WHERE team_id = %(team_id)s AND deleted_at IS NULL
-                AND (%(creator_id)s::text IS NULL OR creator_id = %(creator_id)s::text)
-                AND (%(statuses)s::text[] IS NULL OR status::text = ANY(%(statuses)s::text[]))
-                AND (%(priorities)s::text[] IS NULL OR priority::text = ANY(%(priorities)s::text[]))
-                AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-                AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-                AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
-                AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
-              ORDER BY id
-              LIMIT %(batch_size)s) AS b ON true
+               (SELECT count(*) FROM matching) AS matching) AS a
+  LEFT JOIN (SELECT * FROM matching ORDER BY id LIMIT %(batch_size)s) AS b ON true
  ORDER BY b.id;
 
 -- team_lock --
