@@ -36,20 +36,31 @@ from psycopg_pool import AsyncConnectionPool
 log = logging.getLogger("teamdesk.ledger")
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{\{(\w+)\}\}")
 
 
 def load_queries(path: Path | None = None) -> dict[str, str]:
     """Parse `-- name --` sections into {name: statement text}. Comment lines are kept
-    out of the text; a duplicate name is an error (it would silently shadow the first)."""
+    out of the text; a duplicate name is an error (it would silently shadow the first).
+    A section named `_…` is a fragment: written into the statements that say `{{_…}}`
+    and not a statement itself; an unknown fragment is an error."""
     source = (path or Path(__file__).with_name("queries.sql")).read_text(encoding="utf-8")
     parts = _HEADER.split(source)
-    queries: dict[str, str] = {}
+    sections: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
+        if name in sections:
             raise ValueError(f"queries.sql: statement {name!r} is defined twice")
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
-    return queries
+        sections[name] = "\n".join(lines).strip().rstrip(";")
+
+    def fragment(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not name.startswith("_") or name not in sections:
+            raise ValueError(f"queries.sql: no fragment named {name!r}")
+        return sections[name]
+
+    return {name: _INCLUDE.sub(fragment, text) for name, text in sections.items()
+            if not name.startswith("_")}
 
 
 #: name → SQL text of every statement the task path runs.

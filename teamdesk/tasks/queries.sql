@@ -1,7 +1,9 @@
 -- The task path's SQL, in one place (issue 11; procrastinate's `sql/queries.sql` shape).
 --
 -- Each statement sits under a `-- name --` header and is loaded once into a name → text
--- registry by `teamdesk.tasks.ledger`. Python refers to a statement by its name only.
+-- registry by `teamdesk.tasks.ledger`. Python refers to a statement by its name only. A
+-- section whose name starts with `_` is a fragment: never run alone, written into the
+-- statements that say {{_name}}, so one piece of SQL is written once.
 -- The texts are fixed (named columns, literals for constant states, lists through
 -- `unnest`), so psycopg's automatic preparation pays off: after a few runs each statement
 -- is a prepared statement on its connection. Parameters are `%(name)s`.
@@ -74,9 +76,11 @@ UPDATE background_tasks
 -- (the count was taken once; the rows read are counted in Python).
 SELECT role::text AS role FROM members WHERE team_id = %(team_id)s AND user_id = %(owner_id)s;
 
--- export_batch --
--- X1: the next batch of matching tickets after `after_id`, in id order (same filters as
--- export_start).
+-- _export_tickets --
+-- X1: the team's live tickets that match an export's filters (a NULL filter matches all),
+-- with the columns the CSV needs. A fragment (its name starts with `_`): not run on its
+-- own, written into export_start and export_batch where they say {{_export_tickets}}, so
+-- the two cannot drift apart.
 SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
        assignee_id, due_at, created_at
   FROM tickets
@@ -88,7 +92,12 @@ SELECT id, title, status::text AS status, priority::text AS priority, creator_id
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
    AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
    AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
-   AND id > %(after_id)s
+
+-- export_batch --
+-- X1: the next batch of matching tickets after `after_id`, in id order. The subquery is
+-- pulled up by the planner: the same plan as the filter written out here.
+SELECT * FROM ({{_export_tickets}}) AS matching
+ WHERE id > %(after_id)s
  ORDER BY id
  LIMIT %(batch_size)s;
 
@@ -97,22 +106,9 @@ SELECT id, title, status::text AS status, priority::text AS priority, creator_id
 -- 0) in one round trip: one row per ticket of the first batch, each carrying the owner's
 -- role and the matching count (one row with NULL ticket columns when nothing matches). The
 -- batch is read before the executor checks the role and the limit; a rejected run discards
--- it unused and writes nothing (P8). Same filters as export_batch. `matching` is NOT
--- MATERIALIZED: the planner inlines it into both uses, so the count stays a count and the
--- batch stops at its LIMIT, as if the filter were written out twice.
-WITH matching AS NOT MATERIALIZED (
-    SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
-           assignee_id, due_at, created_at
-      FROM tickets
-     WHERE team_id = %(team_id)s AND deleted_at IS NULL
-       AND (%(creator_id)s::text IS NULL OR creator_id = %(creator_id)s::text)
-       AND (%(statuses)s::text[] IS NULL OR status::text = ANY(%(statuses)s::text[]))
-       AND (%(priorities)s::text[] IS NULL OR priority::text = ANY(%(priorities)s::text[]))
-       AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
-       AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
-       AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
-       AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
-)
+-- it unused and writes nothing (P8). `matching` is NOT MATERIALIZED: the planner inlines
+-- it into both uses, so the count stays a count and the batch stops at its LIMIT.
+WITH matching AS NOT MATERIALIZED ({{_export_tickets}})
 SELECT a.role, a.matching, b.id, b.title, b.status, b.priority, b.creator_id, b.assignee_id,
        b.due_at, b.created_at
   FROM (SELECT (SELECT role::text FROM members

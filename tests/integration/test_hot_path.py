@@ -80,6 +80,19 @@ def test_duplicate_statement_names_are_refused(tmp_path):
         ledger_module.load_queries(path)
 
 
+def test_fragments_are_written_into_statements_and_are_not_statements(tmp_path):
+    """A `_name` section is written where a statement says {{_name}} (the export filter is
+    one such piece, shared by export_start and export_batch); it is not runnable by itself,
+    and a reference to a fragment that does not exist is refused."""
+    path = tmp_path / "q.sql"
+    path.write_text("-- _f --\n-- a note\nx > 1\n-- a --\nSELECT 1 WHERE {{_f}};\n")
+    assert ledger_module.load_queries(path) == {"a": "SELECT 1 WHERE x > 1"}
+    path.write_text("-- a --\nSELECT 1 WHERE {{_missing}};\n")
+    with pytest.raises(ValueError, match="no fragment named '_missing'"):
+        ledger_module.load_queries(path)
+    assert "{{" not in QUERIES["export_start"] and "{{" not in QUERIES["export_batch"]
+
+
 # ---------------------------------------------------------------- generic plans (D1, D6, D7)
 
 def _generic(name: str) -> str:
