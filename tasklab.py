@@ -5,8 +5,11 @@
     python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration, notebooks)
     python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
 
-Standard library only. The virtual environment lives in `.venv/` and is reinstalled when
-`pyproject.toml` changes. Extra arguments after `test` go to pytest
+Standard library only. The virtual environment lives in `.venv/`, built with the Python
+that runs this file, and is rebuilt when that Python's version, `pyproject.toml` or
+`constraints.txt` changes. Every install goes through `constraints.txt` (the versions
+this lab is tested with, so nbval compares outputs rendered by the same pandas,
+matplotlib and IPython everywhere). Extra arguments after `test` go to pytest
 (e.g. `python3 tasklab.py test tests/unit -x`).
 """
 
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".tasklab-installed"
+CONSTRAINTS = ROOT / "constraints.txt"
 
 #: Notebook runs: cell timeout (nbval's default is 2000 s) and what to sanitize.
 NBVAL_ARGS = ["--nbval", "--nbval-cell-timeout=120",
@@ -37,18 +41,25 @@ def _say(msg: str) -> None:
 def ensure_venv() -> None:
     if sys.version_info < (3, 11):  # noqa: UP036 - this file runs under any python3
         sys.exit(f"tasklab needs Python 3.11 or newer; this is {sys.version.split()[0]}")
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    python = ".".join(map(str, sys.version_info[:2]))
+    digest = hashlib.sha256()
+    for path in (ROOT / "pyproject.toml", CONSTRAINTS):
+        digest.update(path.read_bytes())
+    wanted = f"python {python}\n{digest.hexdigest()}\n"
     if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "teamdesk").exists():
         return
     start = time.monotonic()
-    if not (BIN / "python").exists():
-        _say(f"creating {VENV} …")
-        venv.EnvBuilder(with_pip=True).create(VENV)
+    stale = STAMP.exists() and not STAMP.read_text().startswith(f"python {python}\n")
+    if stale or not (BIN / "python").exists():
+        # A venv of another Python cannot be upgraded in place: its site-packages are
+        # for that version. Build it anew for this one.
+        _say(f"creating {VENV} for Python {python} …")
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     _say("installing teamdesk with its lab and test dependencies (first run: about a minute) …")
     pip = [str(BIN / "python"), "-m", "pip", "--disable-pip-version-check"]
     subprocess.run([*pip, "install", "--quiet", "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "install", "--quiet", "--progress-bar", "off", "-e", f"{ROOT}[test]"],
-                   check=True, cwd=ROOT)
+    subprocess.run([*pip, "install", "--quiet", "--progress-bar", "off", "-c", str(CONSTRAINTS),
+                    "-e", f"{ROOT}[test]"], check=True, cwd=ROOT)
     STAMP.write_text(wanted)
     _say(f"environment ready in {time.monotonic() - start:.0f} s")
 

@@ -9,9 +9,10 @@ K `teamdesk worker` subprocesses work on M tasks created through the product's s
 while a seeded schedule of faults strikes (`sigkill`, `sigterm`, `redis`, `cut`, and the
 opt-in `sigstop`); then the invariants are checked over the ledger. Same arguments, same
 schedule (`--dry-run` prints it and stops). Exit 0, or 1 on any violation (2: refused or
-bad arguments). Here `redis` restarts the embedded Redis of `teamdesk.devservices` (every
-user of that server is hit); with REDIS_URL set the run refuses it. The kinds, the world
-and the invariants are described in `labs/chaos.py`.
+bad arguments). Here `redis` restarts a Redis server of the run's own (started for it,
+removed after it), never the embedded one that an open lab or the test suite uses, and
+with REDIS_URL set as well. The kinds, the world and the invariants are described in
+`labs/chaos.py`.
 
 The run itself (schedule, plan, invariant checker) is `labs.chaos`, shared with
 `tests/integration/test_chaos.py` and `notebooks/90-chaos.ipynb`; this is its command line.

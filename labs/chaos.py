@@ -25,11 +25,12 @@ schedule, printed before the run (`--dry-run` prints it and stops):
 
 - `sigkill` — SIGKILL a worker process, restart it after a short pause;
 - `sigterm` — SIGTERM a worker (it drains for at most 2 s, exit 0 or 3), restart it;
-- `redis`   — stop the Redis server and start it again (it comes back empty). Only the
-  embedded Redis of `teamdesk.devservices` (REDIS_URL unset); otherwise the run refuses
-  and says how to leave Redis alone, or with `redis_optional` drops the kind with a
-  printed note. It hits every user of that server — unless the caller passes
-  `redis=private_restarter(lab.private_redis)`, a lab's own server, as 90-chaos does;
+- `redis`   — stop the Redis server and start it again (it comes back empty). Always a
+  server of the run's own (`labs.private_redis`, the same binary as the embedded
+  default, on its own port), so the restart hurts no open lab, test or notebook: the
+  caller's (`redis=private_restarter(lab.private_redis)`, as 90-chaos does), or one the
+  run starts for itself and removes afterwards, whatever REDIS_URL says. Where no server
+  binary exists the run refuses, or with `redis_optional` drops the kind with a note;
 - `sigstop` — (opt-in, not in the default `KINDS`) SIGSTOP a worker for 1.5–2.5 s, longer
   than its 1 s lock, then SIGCONT: its job stalls, the other worker may take it over,
   and the frozen executor's late writes must match nothing (P3, P6);
@@ -67,7 +68,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
 import random
 import re
@@ -81,16 +81,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from labs.private_redis import PrivateRedis, PrivateRedisError
 from labs.procs import WorkerProc, stop_all, wait_heartbeats
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Role, Scope, TaskStatus, TaskType, Ticket
-from teamdesk.redaction import redact
+from teamdesk.devservices import ServiceError
 from teamdesk.seed import EPOCH, seed_demo
 from teamdesk.services import exports as export_services
 from teamdesk.services import teams as team_services
@@ -394,40 +393,14 @@ def invariant_rows(violations: list[str]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- guards
 
 
-def redis_restart_guard(settings: Settings) -> tuple[Path, int]:
-    """(data folder, port) of the embedded Redis we may restart, or `ChaosRefused`."""
-    if os.environ.get("REDIS_URL"):
-        raise ChaosRefused(
-            f"Redis restarts need the embedded Redis of teamdesk.devservices, but REDIS_URL "
-            f"is set ({redact(os.environ['REDIS_URL'])}): refusing to stop a server that is not "
-            "ours. Leave it alone with --kinds sigkill,sigterm,cut, or unset REDIS_URL.")
-    root = devservices.data_dir()
-    state_file = root / "services.json"
-    state = json.loads(state_file.read_text()) if state_file.exists() else {}
-    port = urlsplit(settings.redis_url or "").port
-    if not state.get("redis_port") or port != state["redis_port"]:
-        raise ChaosRefused(f"{redact(settings.redis_url)} is not the embedded Redis of {root}; "
-                           "refusing to restart it (use --kinds sigkill,sigterm,cut)")
-    return root, port
-
-
 @dataclass(frozen=True)
 class RedisRestart:
-    """How a chaos run stops and starts "its" Redis. `redis_restarter` is the one place
-    that decides which server that is (today the embedded one of `teamdesk.devservices`,
-    shared by every user of that data folder)."""
+    """How a chaos run stops and starts "its" Redis: always a server of its own
+    (`private_restarter`), never one that other users share."""
 
     stop: Callable[[], Awaitable[Any]]
     start: Callable[[], Awaitable[Any]]
     describe: str
-
-
-def redis_restarter(settings: Settings) -> RedisRestart:
-    """The Redis this run may restart, or `ChaosRefused` (REDIS_URL set, or not ours)."""
-    root, port = redis_restart_guard(settings)
-    return RedisRestart(stop=lambda: asyncio.to_thread(devservices.stop_redis, root),
-                        start=lambda: asyncio.to_thread(devservices.start_redis, root, port),
-                        describe=f"the embedded Redis of {root} (port {port})")
 
 
 def private_restarter(server: Any) -> RedisRestart:
@@ -897,7 +870,9 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
     """One chaos run in the world of `settings` (a fresh database and queue prefix, which
     the caller owns). Raises `ChaosRefused` before doing anything it must not do.
     `redis` says which server the "redis" faults restart (`private_restarter` for a lab's
-    own); by default the embedded one, when it is ours (`redis_restarter`). The workers'
+    own); by default the run starts a private Redis of its own for its workers and
+    removes it afterwards, so a restart never touches a server anyone else uses (an open
+    lab's, the test suite's). The workers'
     logs go to `log_dir` (kept), else to a temporary folder that is removed after the run
     unless there is something to read in it (a violation or a finding); `keep_logs`
     True/False keeps/removes that folder whatever happened (a notebook passes False)."""
@@ -917,14 +892,19 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             kinds = tuple(k for k in kinds if k != "cut")
             notes_before.append(f"no proxy cuts: {why}; Redis restarts and process faults "
                                 "only")
+    own_redis: PrivateRedis | None = None
     if "redis" in kinds and redis is None:
         try:
-            redis = redis_restarter(settings)
-        except ChaosRefused as err:
+            own_redis = await asyncio.to_thread(PrivateRedis().start)
+        except (PrivateRedisError, ServiceError) as err:
             if not config.redis_optional:
-                raise
+                raise ChaosRefused(f"Redis restarts need a Redis of the run's own, which "
+                                   f"could not start: {err}") from None
             kinds = tuple(k for k in kinds if k != "redis")
             notes_before.append(f"no Redis restarts: {err}")
+        else:
+            settings = settings.replace(redis_url=own_redis.url)
+            redis = private_restarter(own_redis)
     if config.counterexample:
         notes_before.append(f"COUNTEREXAMPLE switched on in these workers: "
                             f"{config.counterexample}")
@@ -1035,6 +1015,8 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             with contextlib.suppress(Exception):
                 await proxy.close()
         await engine.dispose()
+        if own_redis is not None:
+            await asyncio.to_thread(own_redis.remove)
         if discard_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
 

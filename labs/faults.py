@@ -76,9 +76,9 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 def _listener(port: int) -> psutil.Process | None:
-    """The redis-server process listening on `port` of this machine, if any."""
+    """The Redis-compatible server process listening on `port` of this machine, if any."""
     for proc in psutil.process_iter(["name"]):
-        if "redis" not in (proc.info.get("name") or ""):
+        if not (proc.info.get("name") or "").startswith(devservices.REDIS_SERVER_NAMES):
             continue
         try:
             conns = proc.net_connections(kind="tcp")
@@ -320,11 +320,19 @@ async def flush_prefix(target: Any) -> int:
     return len(keys)
 
 
-async def flushall_everything(target: Any) -> None:
+async def flushall_everything(target: Any, *, root: str | Path | None = None) -> None:
     """FLUSHALL on the target's Redis server: EVERY key of EVERY database is deleted — all
     labs, all tests, all prefixes, anything else using that server. Use `flush_prefix`
-    to lose only this lab's queue."""
+    to lose only this lab's queue.
+
+    Only on a server of ours: the lab's own (`Lab.open(..., private_redis=True)`) or the
+    embedded Redis of this project's data folder (or `root`). A shared server — a
+    classroom's REDIS_URL, docker-compose — is refused with `NotOurRedis`: there FLUSHALL
+    would wipe every other learner's queues."""
     settings = _settings(target)
+    server = getattr(target, "private_redis", None)
+    if server is None or settings.redis_url != server.url:
+        _owned(settings, root)  # NotOurRedis unless it is the embedded server we run
     client = redis_client(settings)
     try:
         await client.flushall()

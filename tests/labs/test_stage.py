@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from sqlalchemy import text
 from labs import leftovers, locks, private_redis, stage, tables
 from labs.gates import GateTimeout
 from labs.lab import STUCK, Lab
+from teamdesk import devservices
 from teamdesk.db.templates import clone_database
 from teamdesk.services import tickets as ticket_services
 from teamdesk.tasks.queue import task_job_id
@@ -165,6 +168,20 @@ async def test_leftovers_of_a_killed_kernel_are_cleaned(service_settings):
         assert not _db_exists(url)
         assert not await client.exists(f"{prefix}:x")
     await client.aclose()
+
+
+async def test_an_open_labs_record_is_readable_by_its_owner_alone(service_settings):
+    """S1: the record an open lab leaves for the clean-up holds URLs with passwords, so it
+    is 0600 in a 0700 folder (0711 as root, where the embedded PostgreSQL's own account
+    must pass through the data folder), never readable by other local accounts."""
+    async with Lab.open("secret", settings=service_settings, tickets=1) as lab:
+        records = [p for p in leftovers._dir().glob("*.json")
+                   if json.loads(p.read_text())["prefix"] == lab.settings.queue_prefix]
+        assert len(records) == 1
+        assert stat.S_IMODE(records[0].stat().st_mode) == 0o600
+        assert stat.S_IMODE(leftovers._dir().stat().st_mode) == 0o700
+        root_mode = stat.S_IMODE(devservices.data_dir().stat().st_mode)
+        assert root_mode == (0o711 if os.geteuid() == 0 else 0o700), oct(root_mode)
 
 
 # ---------------------------------------------------------------- a Redis of its own
