@@ -1,4 +1,4 @@
-"""A live board: one notebook output that updates in place while workers run (issue 13 item 4).
+"""A live board: one notebook output that updates in place while workers run.
 
     await board.live(lab, render)     # the last line of a step cell
 

@@ -1,4 +1,5 @@
-"""Active-learning cells: predict → reveal, exercise → check → solution (issue 14).
+"""Active-learning cells: predict → reveal, exercise → check → solution: the learner commits
+to an answer before the system shows one.
 
 Notebook cells carry tags that tools and CI can read:
 

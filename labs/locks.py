@@ -1,4 +1,5 @@
-"""Bounded waits for the team lock, with the holder named (issue 13 item 5).
+"""Bounded waits for the team lock, with the holder named, so a presenter is
+never left waiting on a silent lock.
 
 In chapter 26 §5 executor A is paused *inside* its reminder transaction, holding the team
 lock (`teamdesk.db.locks.lock_team`, an advisory lock). A cell that needs the same lock

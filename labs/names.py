@@ -1,4 +1,4 @@
-"""Readable names for what a notebook talks about (issue 14 item 5: machinery out of the
+"""Readable names for what a notebook talks about (machinery out of the
 cells).
 
     names = Names()

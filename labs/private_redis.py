@@ -1,4 +1,4 @@
-"""A Redis server of one lab's own, so a real outage hurts nobody else (issue 13 item 6).
+"""A Redis server of one lab's own, so a real outage hurts nobody else.
 
 Notebook 23 §7 stops Redis for real. Stopping the shared server would stop it for every
 other open notebook, and with docker-compose or `REDIS_URL` set the lab may not stop it at

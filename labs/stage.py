@@ -1,4 +1,5 @@
-"""Steps, not scripts: a notebook cell that acts runs once per race (issue 13).
+"""Steps, not scripts: a notebook cell that acts runs once per race: an instructor
+clicks a cell twice, or goes back, and the race still makes sense.
 
 An instructor clicks a cell twice, goes back a step, starts over. A cell that *acts*
 (start A, release A, retry) therefore begins with a `# step:` line naming its step:

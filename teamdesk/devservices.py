@@ -538,7 +538,7 @@ def stop_redis(root: Path | None = None) -> None:
 def restart_postgres(root: Path | None = None) -> None:
     """Stop the embedded PostgreSQL (fast shutdown: every client connection is cut) and
     start it again on the same port with the same data. Public for the test that shows a
-    worker's broken pooled connections fail into the retry path (issue 11). Holds the
+    worker's broken pooled connections fail into the retry path. Holds the
     services lock, so no other process starts a second server meanwhile."""
     root = root or data_dir()
     with _locked(root):

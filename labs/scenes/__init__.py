@@ -1,4 +1,4 @@
-"""Scene helpers, one module per notebook (issue 14 item 5: story in the cells, machinery
+"""Scene helpers, one module per notebook (story in the cells, machinery
 out of sight). A module here holds what its notebook needs to *stage* a scene or judge an
 exercise, but what a learner need not read to follow the chapter: the cells call it in
 one line and keep the story (the gates, the writes, the checks) in view. Each module is

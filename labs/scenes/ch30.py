@@ -1,6 +1,6 @@
 """Scene helpers of `30-worker-process.ipynb`: starting real `teamdesk worker` processes on
 the notebook's lab, holding them at a probe point and reading what they left behind
-(issue 14 item 5: machinery out of the cells).
+(machinery out of the cells).
 
 The notebook keeps the story in view — which process is started with which hold, the
 signals it gets, when a hold is released — and calls these in one line each. A process

@@ -1,4 +1,4 @@
-"""Scene helpers of `90-chaos.ipynb` (issue 14 item 5: machinery out of the cells). The chaos
+"""Scene helpers of `90-chaos.ipynb` (machinery out of the cells). The chaos
 run itself is `labs.chaos`; these only judge the exercise and check the clean-up, so the
 notebook's cells stay one line each.
 """

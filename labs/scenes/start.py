@@ -1,5 +1,5 @@
 """Scene helpers of `00-start-here.ipynb`: what the first tour needs but a newcomer need not
-read (issue 14 item 5). The cells keep the story — the request, the scan, the gate that
+read. The cells keep the story — the request, the scan, the gate that
 pauses the worker — and call these in one line.
 """
 

@@ -92,7 +92,8 @@ def can_look_up_in_bulk(queue: Any) -> bool:
 
 
 async def job_states(queue: Queue, job_ids: list[str]) -> list[str | None]:
-    """The queue state of each job id, in one Redis round trip (issue 11): None when no job
+    """The queue state of each job id, in one Redis round trip (not one `getJob` + `getState`
+    pair per job): None when no job
     record exists (what `getJob` returning None means), else what `job.getState()` says —
     `unknown` for a record that is in no list.
 

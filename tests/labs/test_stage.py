@@ -1,4 +1,4 @@
-"""Presenter-grade labs (issue 13): steps that run once, gates and waits that forgive a
+"""Presenter-grade labs: steps that run once, gates and waits that forgive a
 re-run, start over, leftovers of killed kernels, a Redis of the lab's own, a bounded wait
 for the team lock, one symbol for a missing value. Real PostgreSQL and Redis."""
 
@@ -39,7 +39,7 @@ def _db_exists(database_url: str) -> bool:
 
 def test_step_cells_are_rewritten_once_done():
     """A `# step:` cell runs its body the first time (after `begin`) and only replays once
-    the step is done; a step whose cell raised is tried again (issue 13 item 1)."""
+    the step is done; a step whose cell raised is tried again."""
 
     class FakeLab:
         name, closed, step_began = "fake", False, 0.0

@@ -1,4 +1,4 @@
-"""The live board (issue 13 item 4) in a real kernel: it updates its one output in place
+"""The live board in a real kernel: it updates its one output in place
 while a worker moves the task, and no update lands in a later cell's output."""
 
 from __future__ import annotations

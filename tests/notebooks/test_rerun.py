@@ -1,4 +1,4 @@
-"""Notebooks are a stage, not scripts (issue 13): an instructor clicks a cell twice, goes
+"""Notebooks are a stage, not scripts: an instructor clicks a cell twice, goes
 back a step, starts over.
 
 Each chapter notebook runs in one kernel with every code cell executed twice in a row,

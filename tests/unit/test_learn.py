@@ -1,4 +1,4 @@
-"""labs.learn: the predict/reveal and exercise/check helpers the notebooks use (issue 14)."""
+"""labs.learn: the predict/reveal and exercise/check helpers the notebooks use."""
 
 from labs.learn import check, reveal
 
