@@ -271,23 +271,24 @@ async def _write_outcomes(conn: psycopg.AsyncConnection,
             report.refreshed += 1
         elif o is _Outcome.RE_ADDED:
             report.re_added += 1
-    if not marked and not failing:
-        return
-    # One transaction only when there are two statements (each alone is atomic).
-    async with conn.transaction() if marked and failing else contextlib.nullcontext():
-        if marked:
-            # D3: zero rows for a pair is fine — the job may have completed the task
-            # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
-            await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
-                                                    "runs": [r.run for r in marked]})
-        if failing:
-            # D4 failed branch: only a WAITING row of that run whose lease is empty. A
-            # RUNNING row is never failed from the queue's word (its lease may belong to
-            # a live executor); D6 must first recover it, and a later tick decides.
-            result = await execute(conn, "fail_from_queue", {
-                "ids": [r.id for r in failing], "runs": [r.run for r in failing],
-                "last_error": QUEUE_FAILED_ERROR})
-            report.failed_from_queue = result.rowcount
+    # Two statements, each its own autocommit transaction (D8): each locks its rows in id
+    # order, and the mark's locks are released before the fail's are taken. In one
+    # transaction the two sorted sets would be locked one after the other — not one order,
+    # so two dispatchers could deadlock. Nothing needs them atomic: the sets are disjoint
+    # and each write is conditional on its own (D3, D4).
+    if marked:
+        # D3: zero rows for a pair is fine — the job may have completed the task
+        # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
+        await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
+                                                "runs": [r.run for r in marked]})
+    if failing:
+        # D4 failed branch: only a WAITING row of that run whose lease is empty. A
+        # RUNNING row is never failed from the queue's word (its lease may belong to
+        # a live executor); D6 must first recover it, and a later tick decides.
+        result = await execute(conn, "fail_from_queue", {
+            "ids": [r.id for r in failing], "runs": [r.run for r in failing],
+            "last_error": QUEUE_FAILED_ERROR})
+        report.failed_from_queue = result.rowcount
 
 
 class _Tick:
