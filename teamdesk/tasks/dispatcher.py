@@ -1,6 +1,6 @@
 """The outbox dispatcher: scan the ledger, reconcile with the queue, add, mark (D1–D8).
 
-One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
+One call of `dispatch_tasks` is one *tick* of the book (ch. 23 §3–6), one scan round:
 
 1. **Scan** (D1) at most `dispatch_batch_size` WAITING rows that were never dispatched or
    whose last enqueue check is older than `redispatch_age_s`, never-dispatched first, then
@@ -14,6 +14,7 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
 3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
    whose add or refresh succeeded, only *after* it succeeded. Zero rows matched is fine
    (the job may already have completed the task); a COMPLETED row is never turned back.
+   The D4 failures are written by a statement of their own after the mark.
 4. **Recover** (D6) RUNNING rows whose `updated_at` has not moved for
    `stale_running_age_s`: back to WAITING, same run, lease and `dispatched_at` cleared —
    except the third stall of the same run, which ends FAILED (D9).
@@ -34,9 +35,14 @@ tick, checked out of the `Ledger` (issue 11).
 
 Duplicate dispatch is the normal case, not an accident (D5): two dispatchers, or a
 re-check after 30 s, may look at the same task; the fixed job id de-duplicates only while
-the job record exists, and correctness comes from the executor's lease (P1–P3).
+the job record exists, and correctness comes from the executor's lease (P1–P3). Their
+multi-row UPDATEs (mark, fail from queue, recovery + purge) meet the same rows, so each
+locks its rows in id order before updating them and runs as a transaction of its own:
+dispatchers never deadlock each other (D8; the argument is in `queries.sql`).
 
-`DispatchLoop` runs ticks about every `dispatch_tick_s`, never two at once (D8).
+`DispatchLoop` (the worker process's tick) runs ticks about every `dispatch_tick_s`
+(jittered), never two at once (D8); a tick whose scan came back full runs further scan
+rounds at once, within `dispatch_budget_s`, before the recovery and purge tail.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -106,9 +113,9 @@ class DispatchQueue(Protocol):
 
 @dataclass
 class DispatchReport:
-    """What one tick did; `str()` is the one-line log form."""
+    """What one tick (or one scan round of it) did; `str()` is the one-line log form."""
 
-    #: WAITING rows the scan returned (D1).
+    #: WAITING rows the scans returned (D1).
     scanned: int = 0
     #: No job existed: added (D2, D4).
     added: int = 0
@@ -125,12 +132,26 @@ class DispatchReport:
     purged: int = 0
     #: RUNNING rows stale for the third time in the same run, set FAILED (D9).
     failed_stalled: int = 0
+    #: Scans of this tick: more than one when scans came back full (D8 catch-up).
+    rounds: int = 1
+    #: The tick's budget ended its rounds while the last scan was still full: the next
+    #: tick follows at once (D8).
+    backlog: bool = False
 
     def __str__(self) -> str:
-        # `failed_stalled` (D9, added later) shows only when something happened, so the
-        # line the notebooks and logs print for an ordinary tick keeps its shape.
-        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                        if f.name != "failed_stalled" or self.failed_stalled)
+        # Fields added later show only when they say something (a D9 failure, a catch-up),
+        # so the line the notebooks and logs print for an ordinary tick keeps its shape.
+        quiet = {"failed_stalled": 0, "rounds": 1, "backlog": False}
+        return " ".join(
+            f"{f.name}={str(v).lower() if isinstance(v, bool) else v}"
+            for f in fields(self)
+            if (v := getattr(self, f.name)) != quiet.get(f.name, object()))
+
+    def add(self, other: DispatchReport) -> None:
+        """Count `other` (a later round or the tail of the same tick) into this report."""
+        for f in fields(self):
+            if f.name not in ("rounds", "backlog"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 class _Outcome(enum.Enum):
@@ -189,11 +210,15 @@ async def dispatch_tasks(
     now: datetime | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     ledger: Ledger | None = None,
+    recover: bool = True,
 ) -> DispatchReport:
-    """Run one dispatcher tick (D1–D7, D9) and return what it did.
+    """Run one dispatcher scan round (D1–D5) and, unless `recover` is False, the tick's
+    tail (D6, D7, D9); return what it did. One call is what a tick of the book does: one
+    scan of at most `dispatch_batch_size` rows. `DispatchLoop` (the worker process's tick)
+    runs further rounds after a full scan with `recover=False`, then the tail once.
 
     The SQL runs on one connection from `ledger` (default: one fresh connection to
-    `settings.database_url` for this tick); `sessions` is no longer used and kept so
+    `settings.database_url` for this call); `sessions` is no longer used and kept so
     callers need not change. `now` is ignored: every time comparison is made in the
     database's clock (D6 made precise); age rows to move a task's clock. Raises on the
     first Redis or database error (D8): a Redis call that does not answer within
@@ -226,10 +251,28 @@ async def dispatch_tasks(
         if error is not None:
             raise error  # D8: the round ends here; recovery and purge wait for a later tick
 
+        if recover:
+            (report.failed_stalled, report.recovered_stale,
+             report.purged) = await recover_and_purge(conn, settings)
+
+    ms = round((time.perf_counter() - started) * 1000)
+    if recover:
+        log.info("dispatch.tick %s ms=%d", report, ms)
+    else:  # one round of a loop's tick, which logs the whole tick in one line
+        log.debug("dispatch.round %s ms=%d", report, ms)
+    return report
+
+
+async def dispatch_tail(settings: Settings, *, ledger: Ledger | None = None
+                        ) -> DispatchReport:
+    """The tick's tail alone (D6, D9, D7: `recover_and_purge`), on one connection of
+    `ledger` (default: a fresh one); for `DispatchLoop`, which runs it once after its
+    scan rounds. The report counts only the tail (`scanned` 0)."""
+    report = DispatchReport()
+    ledger = ledger or Ledger(settings.database_url or "")
+    async with ledger.connection() as conn:
         (report.failed_stalled, report.recovered_stale,
          report.purged) = await recover_and_purge(conn, settings)
-
-    log.info("dispatch.tick %s ms=%d", report, round((time.perf_counter() - started) * 1000))
     return report
 
 
@@ -452,6 +495,11 @@ def _many(call: str, job_ids: Sequence[str]) -> str:
 DispatchFn = Callable[..., Awaitable[DispatchReport]]
 LoopListener = Callable[[str, dict[str, Any]], None]
 
+#: How far each interval between two ticks is drawn from `dispatch_tick_s`, either way
+#: (D8: "about every 3 s"): worker processes started together drift apart instead of
+#: scanning the same rows in phase. The mean interval stays the tick.
+TICK_JITTER = 0.2
+
 
 class DispatchLoop:
     """Tick the dispatcher about every `settings.dispatch_tick_s`, never two ticks at once
@@ -460,9 +508,28 @@ class DispatchLoop:
     raises is logged as one `dispatch.fault error=<type>: <message>` line (no traceback),
     kept in `last_error` and counted in `faults`; the next trigger tries again.
 
-    `listener(event, info)` (optional) sees `tick.start`, `tick.done`, `tick.fault` and
-    `tick.skipped`; tests and labs use it to synchronise with the loop without sleeping.
-    `dispatch` is the tick function (default `dispatch_tasks`); a test may wrap it.
+    One tick (D8 made precise): a scan round (`dispatch(..., recover=False)`); a scan that
+    came back full (`dispatch_batch_size` rows) means a backlog, so the next round follows
+    at once — one at a time, each bounded by the batch size — until a scan comes back
+    short, a full round changed nothing (the next scan would return the same rows), or
+    the tick's budget is spent (`dispatch_budget_s`, never more than `redispatch_age_s`,
+    after which the rows the tick marked come due again). Then the tail (D6, D9, D7) once,
+    and one `dispatch.tick` line for the whole tick. If the budget ended the rounds on a
+    full scan (`report.backlog`), the next tick starts at once instead of after the
+    interval: a burst drains at the queue's speed, not 100 rows per tick, and the tail
+    still runs after every budget. `dispatch_budget_s` 0 is the book's loop: one scan per
+    tick, then the interval.
+
+    The interval before the next tick is drawn from `dispatch_tick_s` ± `TICK_JITTER`
+    (`rng`, injectable for tests), so the dispatchers of several processes are not kept
+    in phase on purpose; where their scans still meet, D5's duplicates are harmless, and
+    their UPDATEs lock rows in one order (D8, `queries.sql`). The first tick starts at
+    once.
+
+    `listener(event, info)` (optional) sees `tick.start`, `tick.round`, `tick.done`,
+    `tick.fault` and `tick.skipped`; tests and labs use it to synchronise with the loop
+    without sleeping. `dispatch` is the round function (default `dispatch_tasks`); a test
+    may wrap it.
     """
 
     def __init__(
@@ -474,15 +541,17 @@ class DispatchLoop:
         dispatch: DispatchFn = dispatch_tasks,
         listener: LoopListener | None = None,
         ledger: Ledger | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.sessions = sessions
         #: The worker process's pool, shared with its task worker (issue 11); None: each
-        #: tick opens one connection of its own.
+        #: tick opens connections of its own.
         self.ledger = ledger
         self.queue = queue
         self.settings = settings
         self.dispatch = dispatch
         self.listener = listener
+        self.rng = rng or random.Random()
         self.ticks = 0
         self.faults = 0
         self.skipped = 0
@@ -491,6 +560,9 @@ class DispatchLoop:
         self._timer: asyncio.Task[None] | None = None
         self._current: asyncio.Task[DispatchReport | None] | None = None
         self._stopping = asyncio.Event()
+        #: Set to end the timer's wait early: by `stop()`, or by a tick that ended with
+        #: its budget spent on a backlog (the next tick follows at once).
+        self._wake = asyncio.Event()
 
     @property
     def running(self) -> bool:
@@ -501,14 +573,17 @@ class DispatchLoop:
         if self.running:
             raise RuntimeError("dispatch loop is already running")
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._timer = asyncio.create_task(self._run(), name="teamdesk-dispatch-loop")
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop triggering ticks and await the current one, at most `timeout` seconds
-        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls).
-        A tick still running after that is cancelled: anything it left undone is redone
-        by a later tick (D3, D5, D6)."""
+        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls; a
+        tick catching up starts no further round once stopping). A tick still running
+        after that is cancelled: anything it left undone is redone by a later tick (D3,
+        D5, D6)."""
         self._stopping.set()
+        self._wake.set()
         if timeout is None:
             timeout = 2 * self.settings.redis_timeout_s + 5.0
         tasks = {t for t in (self._timer, self._current) if t is not None and not t.done()}
@@ -537,34 +612,73 @@ class DispatchLoop:
         assert self._current is not None
         return await asyncio.shield(self._current)
 
+    def next_interval(self) -> float:
+        """Seconds from one tick's start to the next: `dispatch_tick_s` ± `TICK_JITTER`."""
+        return self.settings.dispatch_tick_s * (1.0 + self.rng.uniform(-TICK_JITTER,
+                                                                        TICK_JITTER))
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = self.settings.dispatch_tick_s
         due = loop.time()
         while not self._stopping.is_set():
+            self._wake.clear()
             self.trigger()
-            due += interval
+            due += self.next_interval()
             if due < loop.time():  # ticks overran several intervals: do not burst
-                due = loop.time() + interval
+                due = loop.time() + self.next_interval()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), due - loop.time())
+                await asyncio.wait_for(self._wake.wait(), due - loop.time())
+            if self._wake.is_set() and not self._stopping.is_set():
+                # A tick spent its budget on a backlog (D8): the next one starts now.
+                current = self._current
+                if current is not None and not current.done():
+                    await asyncio.wait({current})
+                due = loop.time()
 
     async def _tick(self) -> DispatchReport | None:
         self.ticks += 1
-        self._emit("tick.start", tick=self.ticks)
+        tick = self.ticks
+        self._emit("tick.start", tick=tick)
+        loop = asyncio.get_running_loop()
+        started, clock = time.perf_counter(), loop.time()
+        budget = min(self.settings.dispatch_budget_s, self.settings.redispatch_age_s)
         try:
             extra = {"ledger": self.ledger} if self.ledger is not None else {}
-            report = await self.dispatch(self.sessions, self.queue, self.settings, **extra)
+            report = DispatchReport(rounds=0)
+            while True:
+                last = await self.dispatch(self.sessions, self.queue, self.settings,
+                                           recover=False, **extra)
+                report.add(last)
+                report.rounds += 1
+                self._emit("tick.round", tick=tick, round=report.rounds, report=last)
+                if not self._backlog(last) or self._stopping.is_set():
+                    break
+                if loop.time() - clock >= budget:
+                    # Budget spent with the backlog still there: the next tick follows
+                    # at once (budget 0, the book's loop, waits the interval).
+                    report.backlog = budget > 0
+                    break
+            report.add(await dispatch_tail(self.settings, ledger=self.ledger))
         except Exception as err:
             self.faults += 1
             self.last_error = err
             message = (str(err).strip().splitlines() or [""])[0]
             log.error("dispatch.fault error=%s: %s", type(err).__name__, message)
-            self._emit("tick.fault", tick=self.ticks, error=err)
+            self._emit("tick.fault", tick=tick, error=err)
             return None
+        log.info("dispatch.tick %s ms=%d", report,
+                 round((time.perf_counter() - started) * 1000))
         self.last_report = report
-        self._emit("tick.done", tick=self.ticks, report=report)
+        self._emit("tick.done", tick=tick, report=report)
+        if report.backlog and not self._stopping.is_set():
+            self._wake.set()
         return report
+
+    def _backlog(self, last: DispatchReport) -> bool:
+        """D8: a scan that came back full means a backlog — unless the round changed no
+        row (then the next scan would return the same rows)."""
+        changed = last.added + last.refreshed + last.re_added + last.failed_from_queue
+        return last.scanned >= self.settings.dispatch_batch_size and changed > 0
 
     def _emit(self, event: str, **info: Any) -> None:
         if self.listener is not None:
