@@ -495,6 +495,10 @@ def _many(call: str, job_ids: Sequence[str]) -> str:
 DispatchFn = Callable[..., Awaitable[DispatchReport]]
 LoopListener = Callable[[str, dict[str, Any]], None]
 
+#: What a committed INSERT into the ledger notifies (migration 0003's trigger): a loop
+#: that listens starts a tick at once (D8).
+OUTBOX_CHANNEL = "teamdesk_outbox"
+
 #: How far each interval between two ticks is drawn from `dispatch_tick_s`, either way
 #: (D8: "about every 3 s"): worker processes started together drift apart instead of
 #: scanning the same rows in phase. The mean interval stays the tick.
@@ -526,10 +530,17 @@ class DispatchLoop:
     their UPDATEs lock rows in one order (D8, `queries.sql`). The first tick starts at
     once.
 
+    With `listen` (the worker process), the loop also LISTENs on `OUTBOX_CHANNEL`: a
+    committed INSERT of task rows (O1) wakes it, and a tick starts at once — right after
+    the running one, never beside it — so a new task does not wait up to a whole
+    interval. The timer stays the safety net: a notification sent while nobody listened
+    (or a listening connection that broke, retried after an interval) only costs that
+    speed-up; the next tick finds the row anyway (D1).
+
     `listener(event, info)` (optional) sees `tick.start`, `tick.round`, `tick.done`,
-    `tick.fault` and `tick.skipped`; tests and labs use it to synchronise with the loop
-    without sleeping. `dispatch` is the round function (default `dispatch_tasks`); a test
-    may wrap it.
+    `tick.fault`, `tick.skipped` and `listen.ready`; tests and labs use it to synchronise
+    with the loop without sleeping. `dispatch` is the round function (default
+    `dispatch_tasks`); a test may wrap it.
     """
 
     def __init__(
@@ -542,6 +553,7 @@ class DispatchLoop:
         listener: LoopListener | None = None,
         ledger: Ledger | None = None,
         rng: random.Random | None = None,
+        listen: bool = False,
     ) -> None:
         self.sessions = sessions
         #: The worker process's pool, shared with its task worker (issue 11); None: each
@@ -552,6 +564,8 @@ class DispatchLoop:
         self.dispatch = dispatch
         self.listener = listener
         self.rng = rng or random.Random()
+        self.listen = listen
+        self._listening: asyncio.Task[None] | None = None
         self.ticks = 0
         self.faults = 0
         self.skipped = 0
@@ -575,6 +589,9 @@ class DispatchLoop:
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._timer = asyncio.create_task(self._run(), name="teamdesk-dispatch-loop")
+        if self.listen:
+            self._listening = asyncio.create_task(self._listen(),
+                                                  name="teamdesk-dispatch-listen")
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop triggering ticks and await the current one, at most `timeout` seconds
@@ -584,6 +601,10 @@ class DispatchLoop:
         D5, D6)."""
         self._stopping.set()
         self._wake.set()
+        if self._listening is not None:
+            self._listening.cancel()
+            await asyncio.wait({self._listening}, timeout=5.0)
+            self._listening = None
         if timeout is None:
             timeout = 2 * self.settings.redis_timeout_s + 5.0
         tasks = {t for t in (self._timer, self._current) if t is not None and not t.done()}
@@ -629,11 +650,30 @@ class DispatchLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), due - loop.time())
             if self._wake.is_set() and not self._stopping.is_set():
-                # A tick spent its budget on a backlog (D8): the next one starts now.
+                # A tick spent its budget on a backlog, or new rows were committed (D8):
+                # the next tick starts now, after the running one.
                 current = self._current
                 if current is not None and not current.done():
                     await asyncio.wait({current})
                 due = loop.time()
+
+    async def _listen(self) -> None:
+        """Wake the timer on each outbox notification (see the class docstring)."""
+        while not self._stopping.is_set():
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.settings.database_url or "",
+                                                             autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+                    self._emit("listen.ready")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except Exception as err:  # e.g. PostgreSQL restarted: the timer still ticks
+                message = (str(err).strip().splitlines() or [""])[0]
+                log.warning("dispatch.listen_failed error=%s: %s", type(err).__name__,
+                            message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.dispatch_tick_s)
 
     async def _tick(self) -> DispatchReport | None:
         self.ticks += 1

@@ -884,3 +884,26 @@ async def test_loop_round_that_raises_ends_the_tick_before_the_tail(settings, se
     assert await _undispatched(sessions) == 15
     assert [r.getMessage() for r in caplog.records if "dispatch.fault" in r.getMessage()] == [
         "dispatch.fault error=RuntimeError: injected in round 2"]
+
+
+async def test_listening_loop_ticks_at_once_on_a_committed_outbox_insert(settings, sessions,
+                                                                        demo, queue):
+    """D8, O1: the worker process's loop listens for the outbox's notification (sent by
+    the ledger's INSERT trigger when the request's transaction commits): a task created
+    through the service is dispatched by a tick that starts at once — the interval is a
+    minute, so only the notification can have started it."""
+    settings = settings.replace(dispatch_tick_s=60.0)
+    events = LoopEvents()
+    loop = DispatchLoop(sessions, queue, settings, listener=events, listen=True)
+    loop.start()
+    try:
+        await events.until("the first tick", lambda e, i: e == "tick.done")
+        await events.until("LISTEN is on", lambda e, i: e == "listen.ready")
+        async with sessions() as s:
+            task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
+        _, info, _ = await events.until("a tick woken by the insert", lambda e, i: (
+            e == "tick.done" and i["report"].added == 1))
+    finally:
+        await loop.stop()
+    assert info["tick"] == 2 and loop.faults == 0
+    assert await _state(queue, task.id) == "waiting"
