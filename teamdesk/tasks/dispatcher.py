@@ -54,7 +54,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Protocol
@@ -137,11 +137,14 @@ class DispatchReport:
     #: The tick's budget ended its rounds while the last scan was still full: the next
     #: tick follows at once (D8).
     backlog: bool = False
+    #: A catch-up round that did not run: another process's dispatcher is catching up on
+    #: the same backlog (D8, D5).
+    yielded: bool = False
 
     def __str__(self) -> str:
         # Fields added later show only when they say something (a D9 failure, a catch-up),
         # so the line the notebooks and logs print for an ordinary tick keeps its shape.
-        quiet = {"failed_stalled": 0, "rounds": 1, "backlog": False}
+        quiet = {"failed_stalled": 0, "rounds": 1, "backlog": False, "yielded": False}
         return " ".join(
             f"{f.name}={str(v).lower() if isinstance(v, bool) else v}"
             for f in fields(self)
@@ -150,7 +153,7 @@ class DispatchReport:
     def add(self, other: DispatchReport) -> None:
         """Count `other` (a later round or the tail of the same tick) into this report."""
         for f in fields(self):
-            if f.name not in ("rounds", "backlog"):
+            if f.name not in ("rounds", "backlog", "yielded"):
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
@@ -211,11 +214,16 @@ async def dispatch_tasks(
     concurrency: int = DEFAULT_CONCURRENCY,
     ledger: Ledger | None = None,
     recover: bool = True,
+    catch_up: bool = False,
 ) -> DispatchReport:
     """Run one dispatcher scan round (D1–D5) and, unless `recover` is False, the tick's
     tail (D6, D7, D9); return what it did. One call is what a tick of the book does: one
     scan of at most `dispatch_batch_size` rows. `DispatchLoop` (the worker process's tick)
-    runs further rounds after a full scan with `recover=False`, then the tail once.
+    runs further rounds after a full scan with `recover=False`, then the tail once; those
+    catch-up rounds pass `catch_up=True`: the round runs only while it holds the catch-up
+    advisory lock (statement `catch_up_lock`, tried, never waited for), else it returns
+    at once with `yielded` — another process is already working through that backlog, and
+    two doing it in step would add every row twice (D5: harmless, but half the speed).
 
     The SQL runs on one connection from `ledger` (default: one fresh connection to
     `settings.database_url` for this call); `sessions` is no longer used and kept so
@@ -231,7 +239,11 @@ async def dispatch_tasks(
     report = DispatchReport()
     tick = _Tick(queue, settings)
     ledger = ledger or Ledger(settings.database_url or "")
-    async with ledger.connection() as conn:
+    async with ledger.connection() as conn, _catching_up(conn, catch_up) as alone:
+        if not alone:
+            report.scanned, report.yielded = 0, True
+            log.debug("dispatch.round yielded=true")
+            return report
         # D1: autocommit reads. No row lock is held across the Redis calls: an executor's
         # claim (P2) must never wait for the dispatcher.
         rows = await scan(conn, settings)
@@ -261,6 +273,24 @@ async def dispatch_tasks(
     else:  # one round of a loop's tick, which logs the whole tick in one line
         log.debug("dispatch.round %s ms=%d", report, ms)
     return report
+
+
+@contextlib.asynccontextmanager
+async def _catching_up(conn: psycopg.AsyncConnection, catch_up: bool
+                       ) -> AsyncIterator[bool]:
+    """For a catch-up round: hold the catch-up advisory lock for the round (True), or
+    say that another dispatcher holds it (False). Other rounds: always True, no lock."""
+    if not catch_up:
+        yield True
+        return
+    if not (await fetch_one(conn, "catch_up_lock")).got:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(psycopg.Error):  # a broken session has lost the lock
+            await fetch_one(conn, "catch_up_unlock")
 
 
 async def dispatch_tail(settings: Settings, *, ledger: Ledger | None = None
@@ -517,7 +547,8 @@ class DispatchLoop:
     at once — one at a time, each bounded by the batch size — until a scan comes back
     short, a full round changed nothing (the next scan would return the same rows), or
     the tick's budget is spent (`dispatch_budget_s`, never more than `redispatch_age_s`,
-    after which the rows the tick marked come due again). Then the tail (D6, D9, D7) once,
+    after which the rows the tick marked come due again), or another process's loop is
+    already catching up (`catch_up`: one at a time). Then the tail (D6, D9, D7) once,
     and one `dispatch.tick` line for the whole tick. If the budget ended the rounds on a
     full scan (`report.backlog`), the next tick starts at once instead of after the
     interval: a burst drains at the queue's speed, not 100 rows per tick, and the tail
@@ -686,8 +717,12 @@ class DispatchLoop:
             extra = {"ledger": self.ledger} if self.ledger is not None else {}
             report = DispatchReport(rounds=0)
             while True:
+                # Rounds after the first are catch-up rounds: one process at a time.
+                more = {"catch_up": True} if report.rounds else {}
                 last = await self.dispatch(self.sessions, self.queue, self.settings,
-                                           recover=False, **extra)
+                                           recover=False, **extra, **more)
+                if last.yielded:
+                    break  # another process is catching up on this backlog (D8, D5)
                 report.add(last)
                 report.rounds += 1
                 self._emit("tick.round", tick=tick, round=report.rounds, report=last)

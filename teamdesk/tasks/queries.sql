@@ -267,3 +267,14 @@ WITH locked AS MATERIALIZED (
 SELECT (SELECT count(*) FROM failed_stalled) AS failed_stalled,
        (SELECT count(*) FROM recovered) AS recovered_stale,
        (SELECT count(*) FROM purged) AS purged;
+
+-- catch_up_lock --
+-- D8, D5: one catch-up at a time across processes. A dispatcher that wants to go on after
+-- a full scan takes this session-level advisory lock for the round (never waiting: a try),
+-- so two worker processes woken by the same burst do not both work through the same rows
+-- round after round. Not a row lock: no claim (P2) ever waits for it.
+SELECT pg_try_advisory_lock(hashtext('teamdesk.dispatch.catch_up')) AS got;
+
+-- catch_up_unlock --
+-- D8: the end of a catch-up round (a broken connection ends its session and the lock).
+SELECT pg_advisory_unlock(hashtext('teamdesk.dispatch.catch_up')) AS released;

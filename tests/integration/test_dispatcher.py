@@ -907,3 +907,24 @@ async def test_listening_loop_ticks_at_once_on_a_committed_outbox_insert(setting
         await loop.stop()
     assert info["tick"] == 2 and loop.faults == 0
     assert await _state(queue, task.id) == "waiting"
+
+
+async def test_only_one_process_catches_up_at_a_time(settings, sessions, demo, queue):
+    """D8, D5: while another process's dispatcher holds the catch-up lock (taken here by
+    hand, as that dispatcher's round would), a tick's first scan still runs, but its
+    catch-up rounds yield at once: two processes woken by the same burst would otherwise
+    add every row of it twice. Once the lock is free, the next tick catches up."""
+    import psycopg
+
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
+    await _insert_many(sessions, 25)
+    loop = DispatchLoop(sessions, queue, settings)
+    async with await psycopg.AsyncConnection.connect(settings.database_url,
+                                                     autocommit=True) as other:
+        await other.execute("SELECT pg_advisory_lock(hashtext('teamdesk.dispatch.catch_up'))")
+        report = await loop.tick_once()
+        assert (report.rounds, report.scanned, report.backlog) == (1, 10, False)
+        await other.execute("SELECT pg_advisory_unlock(hashtext('teamdesk.dispatch.catch_up'))")
+    report = await loop.tick_once()
+    assert (report.rounds, report.scanned, report.backlog) == (2, 15, False)
+    assert await _undispatched(sessions) == 0
