@@ -1,8 +1,9 @@
 """Pipeline benchmark: tasks/s from the outbox insert to COMPLETED, with real worker
-processes, next to a queue-bound and a ledger-bound baseline measured in the same run.
+processes, next to a queue-bound and a ledger-bound baseline measured in the same run; and
+a backlog scenario: how fast a burst of due rows reaches the queue.
 
     .venv/bin/python -m benchmarks.pipeline [--tasks 5000] [--repeat 3] [--workers 1,2]
-                                            [--profile]
+                                            [--backlog 10000] [--json PATH] [--profile]
 
 For each worker count K (default 1, then 2), in a fresh cloned database and a fresh queue
 prefix each time:
@@ -16,17 +17,32 @@ prefix each time:
   (P3, P4) and the completion UPDATE fenced by the lease (P5) — raw psycopg, autocommit,
   no reads, no Redis.
 - **pipeline**: K real `teamdesk worker` subprocesses (each with its own dispatch tick,
-  so duplicate dispatch happens as in production, D5), tick shortened to 0.2 s via
-  `TEAMDESK_DISPATCH_TICK_S` (every other timing is the production default). N tasks —
-  half small EXPORTs (TEAM scope, a text filter matching one ticket of 300), half
-  REMINDERs due a minute ago (each for its own ticket of a second team) — are written to
-  the ledger by one INSERT … SELECT (the outbox insert); the clock runs from just before
-  that insert until the ledger shows all N COMPLETED (polled every 0.1 s).
+  so duplicate dispatch happens as in production, D5) with the **production timings**
+  (3 s tick, a full scan followed at once by the next, D8). N tasks — half small EXPORTs
+  (TEAM scope, a text filter matching one ticket of 300), half REMINDERs due a minute ago
+  (each for its own ticket of a second team) — are written to the ledger by one INSERT …
+  SELECT (the outbox insert); the clock runs from just before that insert until the
+  ledger shows all N COMPLETED (polled every 0.1 s).
+- **pipeline, 0.2 s tick, one scan per tick**: the same, with the configuration this
+  benchmark used before (`TEAMDESK_DISPATCH_TICK_S=0.2` and `TEAMDESK_DISPATCH_BUDGET_S=0`:
+  one scan of at most 100 rows per tick, the book's loop), for comparison.
 
 It prints tasks/s, the pipeline's share of the tighter baseline (target: at least 30 %
-with the same number of workers), and the medians over `--repeat` runs. If the target is
-missed — or with `--profile` — one in-process worker (the same `create_task_worker` +
-`DispatchLoop`) runs under cProfile and the summary says where the time goes.
+with the same number of workers), the share of the machine's CPU that was busy (anyone's
+work: other work on the machine moves every figure), and the medians over `--repeat` runs.
+
+**Backlog** (`--backlog N`, default 10,000; 0 skips it), once, with the largest K: N due
+rows are written at once while K `teamdesk worker` processes run with the production
+timings; it reports the seconds until every row is in the queue (marked `dispatched_at`,
+or already taken by a worker) and until all are COMPLETED, next to the raw queue in the
+same run: N no-op jobs added one `add` per job, 8 at a time (the dispatcher's concurrency),
+while K no-op bullmq workers drain them — the time of the adds and of the drain. The
+ratio backlog-to-queue / raw adds says how close the dispatcher comes to the queue's
+speed (D8: a burst drains at the queue's speed, not 100 rows per tick).
+
+If the throughput target is missed — or with `--profile` — one in-process worker (the
+same `create_task_worker` + `DispatchLoop`) runs under cProfile and the summary says where
+the time goes. `--json PATH` writes every figure (each run and the medians) as JSON.
 
 Real services (embedded by default, or DATABASE_URL / REDIS_URL). Figures are printed,
 never asserted: timings depend on the machine.
@@ -39,6 +55,7 @@ import asyncio
 import contextlib
 import cProfile
 import io
+import json
 import os
 import pstats
 import signal
@@ -57,9 +74,13 @@ from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
+from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
 
-#: The only timing changed for the pipeline's worker processes.
-PIPELINE_TIMINGS = {"TEAMDESK_DISPATCH_TICK_S": "0.2"}
+#: The pipeline's worker timings: the production defaults, and for comparison the
+#: configuration this benchmark ran before, a 0.2 s tick with one scan of at most 100 rows
+#: per tick (budget 0: the book's loop, no catch-up).
+PRODUCTION: dict[str, str] = {}
+ONE_SCAN_02 = {"TEAMDESK_DISPATCH_TICK_S": "0.2", "TEAMDESK_DISPATCH_BUDGET_S": "0"}
 TARGET = 0.30
 #: Issue 11: worker CPU per task, each kind.
 CPU_TARGET_MS = 4.0
@@ -165,6 +186,22 @@ class PipelineRun:
     postgres_ms: float
     #: Share of the whole machine's CPU that was busy (anyone's work, noise included).
     busy: float
+    #: Dispatch faults (D8) logged by the worker processes during the run.
+    faults: int = 0
+
+
+class Busy:
+    """The share of the whole machine's CPU that was busy between `__init__` and `share()`
+    (anyone's work: other jobs on the machine count too)."""
+
+    def __init__(self) -> None:
+        self.t0, self.cpu0 = time.perf_counter(), psutil.cpu_times()
+
+    def share(self) -> float:
+        cpu1, elapsed = psutil.cpu_times(), time.perf_counter() - self.t0
+        idle = (cpu1.idle - self.cpu0.idle) + (getattr(cpu1, "iowait", 0)
+                                               - getattr(self.cpu0, "iowait", 0))
+        return max(0.0, min(1.0, 1 - idle / (max(elapsed, 1e-9) * (psutil.cpu_count() or 1))))
 
 
 def _backend_cpu(dbname: str) -> float:
@@ -190,29 +227,38 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return total
 
 
-def _timings(concurrency: int) -> dict[str, str]:
+def _timings(concurrency: int, timings: dict[str, str] | None = None) -> dict[str, str]:
     extra = {"TEAMDESK_WORKER_CONCURRENCY": str(concurrency)} if concurrency != 1 else {}
-    return {**PIPELINE_TIMINGS, **extra}
+    return {**(timings or PRODUCTION), **extra}
+
+
+def _faults(procs: list[WorkerProc]) -> int:
+    """Dispatch faults (D8) in the workers' logs, e.g. a `deadlock detected`."""
+    return sum(w.current_output().count("dispatch.fault") for w in procs)
 
 
 async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
-                           concurrency: int = 1, kind: str | None = None) -> PipelineRun:
+                           concurrency: int = 1, kind: str | None = None,
+                           timings: dict[str, str] | None = None,
+                           label: str = "pipeline") -> PipelineRun:
     """N tasks by K real `teamdesk worker` processes: tasks/s and CPU per task. With
     `kind` ("EXPORT" or "REMINDER") only that half of the N is written, so the CPU per
-    task is that kind's."""
+    task is that kind's. `timings`: the workers' `TEAMDESK_*` timings (default: none,
+    the production defaults)."""
     total, reminders = _expected(n, kind)
     world = World.open(base, "bpipe")
-    procs = [WorkerProc(world.settings, f"p{k}w{i + 1}", log_dir, _timings(concurrency))
-             for i in range(k)]
+    tag = "p" if timings is None or timings == PRODUCTION else "o"
+    procs = [WorkerProc(world.settings, f"{tag}{k}w{i + 1}-{kind or 'mixed'}", log_dir,
+                        _timings(concurrency, timings)) for i in range(k)]
     try:
         await _prepare(world, n)
         for w in procs:
             w.start()
         await wait_heartbeats(world.settings, procs)
-        progress = Progress(f"pipeline, {k} worker process(es)", n)
+        progress = Progress(f"{label}, {k} worker process(es)", n)
         dbname = world.settings.database_url.rsplit("/", 1)[1]
         ps = [psutil.Process(w.pid) for w in procs]
-        cpu0, pg0, machine0 = _cpu(ps), _backend_cpu(dbname), psutil.cpu_times()
+        cpu0, pg0, busy = _cpu(ps), _backend_cpu(dbname), Busy()
         t0 = time.perf_counter()
         await _insert_tasks(world, n, kind=kind)
 
@@ -227,10 +273,7 @@ async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
                          on_timeout=lambda: "\n".join(f"--- {w.name}\n{w.tail()}"
                                                       for w in procs))
         elapsed = time.perf_counter() - t0
-        cpu1, pg1, machine1 = _cpu(ps), _backend_cpu(dbname), psutil.cpu_times()
-        idle = (machine1.idle - machine0.idle) + (getattr(machine1, "iowait", 0)
-                                                  - getattr(machine0, "iowait", 0))
-        busy = 1 - idle / (elapsed * (psutil.cpu_count() or 1))
+        cpu1, pg1, busy_share = _cpu(ps), _backend_cpu(dbname), busy.share()
         async with world.sessions() as s:
             notes = (await s.execute(text("SELECT count(*) FROM notifications"))).scalar_one()
         if notes != reminders:
@@ -239,10 +282,141 @@ async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
         if any(c != 0 for c in codes):
             raise RuntimeError(f"worker exit codes {codes}")
         return PipelineRun(rate=total / elapsed, worker_ms=(cpu1 - cpu0) / total * 1000,
-                           postgres_ms=(pg1 - pg0) / total * 1000,
-                           busy=max(0.0, min(1.0, busy)))
+                           postgres_ms=(pg1 - pg0) / total * 1000, busy=busy_share,
+                           faults=_faults(procs))
     finally:
         stop_all(procs)
+        await world.close()
+
+
+# ---------------------------------------------------------------- backlog
+
+
+@dataclass
+class BacklogRun:
+    """A burst of N due rows through K `teamdesk worker` processes (production timings),
+    next to N raw no-op adds through the same queue and K no-op workers, same run."""
+
+    n: int
+    workers: int
+    #: Seconds from the outbox insert until every row is in the queue (D3's mark, or
+    #: already taken by a worker), and until every row is COMPLETED.
+    queued_s: float = 0.0
+    completed_s: float = 0.0
+    #: Seconds for N `add` calls, `DEFAULT_CONCURRENCY` at a time, and until no-op
+    #: workers had drained them.
+    raw_add_s: float = 0.0
+    raw_drain_s: float = 0.0
+    busy: float = 0.0
+    raw_busy: float = 0.0
+    faults: int = 0
+
+    @property
+    def ratio(self) -> float:
+        """Backlog to queue / raw adds (D8: at the queue's speed means close to 1)."""
+        return self.queued_s / self.raw_add_s if self.raw_add_s else float("inf")
+
+
+_IN_QUEUE = """
+SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL OR status <> 'WAITING'),
+       count(*) FILTER (WHERE status = 'COMPLETED'), count(*) FILTER (WHERE status = 'FAILED')
+  FROM background_tasks
+"""
+
+
+async def measure_backlog(base: Settings, n: int, k: int, log_dir: Path,
+                          concurrency: int = 1) -> BacklogRun:
+    """N due rows at once, K real `teamdesk worker` processes with the production timings:
+    the seconds until all are in the queue and until all are COMPLETED."""
+    run = BacklogRun(n=n, workers=k)
+    world = World.open(base, "bbacklog")
+    procs = [WorkerProc(world.settings, f"b{k}w{i + 1}", log_dir, _timings(concurrency))
+             for i in range(k)]
+    try:
+        await _prepare(world, n)
+        for w in procs:
+            w.start()
+        await wait_heartbeats(world.settings, procs)
+        progress = Progress(f"backlog of {n:,}, {k} worker process(es)", n)
+        busy = Busy()
+        t0 = time.perf_counter()
+        await _insert_tasks(world, n)
+
+        async def all_done() -> bool:
+            async with world.sessions() as s:
+                queued, completed, failed = (await s.execute(text(_IN_QUEUE))).one()
+            if failed:
+                raise RuntimeError(f"{failed} task(s) FAILED in the backlog benchmark")
+            if queued == n and not run.queued_s:
+                run.queued_s = time.perf_counter() - t0
+                print(f"      … all {n:,} rows in the queue after {run.queued_s:.1f} s",
+                      flush=True)
+            progress.show(completed)
+            return completed == n
+
+        await wait_until(all_done, 120 + n / 5, f"{n} backlog tasks to complete",
+                         interval=0.1, on_timeout=lambda: "\n".join(
+                             f"--- {w.name}\n{w.tail()}" for w in procs))
+        run.completed_s = time.perf_counter() - t0
+        run.busy = busy.share()
+        run.faults = _faults(procs)
+        codes = [await w.stop(30) for w in procs]
+        if any(c != 0 for c in codes):
+            raise RuntimeError(f"worker exit codes {codes}")
+    finally:
+        stop_all(procs)
+        await world.close()
+    await measure_raw_adds(base, run, concurrency)
+    return run
+
+
+async def measure_raw_adds(base: Settings, run: BacklogRun, concurrency: int = 1) -> None:
+    """The queue's own speed for the same burst: N no-op jobs, one `add` each,
+    `DEFAULT_CONCURRENCY` at a time (as the dispatcher adds), while K raw no-op bullmq
+    workers drain them; fills `run.raw_add_s` and `run.raw_drain_s`."""
+    from teamdesk.tasks.queue import JOB_NAME, create_task_queue
+
+    n = run.n
+    world = World.open(base, "braw")
+    queue = create_task_queue(world.settings)
+    children: list[subprocess.Popen] = []
+    try:
+        children = [_child("noop-worker", world.settings, [], concurrency)
+                    for _ in range(run.workers)]
+        for c in children:
+            await _read_line(c, "ready")
+        busy = Busy()
+        t0 = time.perf_counter()
+        pending = iter(range(n))
+
+        async def lane() -> None:
+            for j in pending:  # shared iterator: each job is added by exactly one lane
+                await queue.add(JOB_NAME, {"taskId": f"R{j}", "run": 0}, {"jobId": f"R{j}-0"})
+
+        await asyncio.gather(*(lane() for _ in range(DEFAULT_CONCURRENCY)))
+        run.raw_add_s = time.perf_counter() - t0
+
+        async def drained() -> bool:
+            counts = await queue.getJobCounts("waiting", "delayed", "active", "prioritized",
+                                              "paused", "failed")
+            if counts.get("failed"):
+                raise RuntimeError(f"no-op jobs failed: {counts}")
+            return sum(counts.values()) == 0
+
+        await wait_until(drained, 60 + n / 20, f"{n} raw no-op jobs", interval=0.05)
+        run.raw_drain_s = time.perf_counter() - t0
+        run.raw_busy = busy.share()
+    finally:
+        for c in children:
+            with contextlib.suppress(Exception):
+                c.send_signal(signal.SIGTERM)
+        for c in children:
+            try:
+                c.wait(15)
+            except subprocess.TimeoutExpired:
+                c.kill()
+        with contextlib.suppress(Exception):
+            await queue.close()
         await world.close()
 
 
@@ -448,7 +622,7 @@ def _bucket(filename: str, func: str) -> str:
 
 
 async def profile_worker(base: Settings, n: int) -> None:
-    """One in-process worker (create_task_worker + DispatchLoop, tick 0.2 s) under
+    """One in-process worker (create_task_worker + DispatchLoop, production timings) under
     cProfile for `n` tasks: total (own) time by package, then the top functions."""
     from teamdesk.tasks.dispatcher import DispatchLoop
     from teamdesk.tasks.ledger import Ledger
@@ -456,7 +630,7 @@ async def profile_worker(base: Settings, n: int) -> None:
     from teamdesk.tasks.worker import create_task_worker
 
     world = World.open(base, "bprof")
-    settings = world.settings.replace(dispatch_tick_s=0.2)
+    settings = world.settings
     queue = create_task_queue(settings)
     worker = None
     ledger = None
@@ -618,11 +792,20 @@ class Figures:
     queue: dict[int, list[float]] = field(default_factory=dict)
     ledger: dict[int, list[float]] = field(default_factory=dict)
     pipeline: dict[int, list[float]] = field(default_factory=dict)
+    one_scan: dict[int, list[float]] = field(default_factory=dict)
     worker_ms: dict[int, list[float]] = field(default_factory=dict)
     postgres_ms: dict[int, list[float]] = field(default_factory=dict)
+    busy: dict[int, list[float]] = field(default_factory=dict)
+    one_scan_busy: dict[int, list[float]] = field(default_factory=dict)
+    faults: dict[int, list[int]] = field(default_factory=dict)
+    one_scan_faults: dict[int, list[int]] = field(default_factory=dict)
 
     def add(self, kind: str, k: int, value: float) -> None:
         getattr(self, kind).setdefault(k, []).append(value)
+
+    def medians(self, k: int) -> dict[str, float]:
+        return {name: statistics.median(values[k]) for name, values in vars(self).items()
+                if k in values}
 
 
 def _line(k: int, q: float, led: float, pipe: float) -> tuple[str, float]:
@@ -636,6 +819,12 @@ def _line(k: int, q: float, led: float, pipe: float) -> tuple[str, float]:
             share)
 
 
+def _compare(k: int, pipe: float, busy: float, old: float, old_busy: float) -> str:
+    return (f"    {k} worker(s): production timings {pipe:7.0f} tasks/s (machine {busy:.0%} "
+            f"busy) | 0.2 s tick, one scan per tick {old:7.0f} tasks/s (machine "
+            f"{old_busy:.0%} busy) -> {pipe / old:.2f}x")
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=5_000)
@@ -645,19 +834,28 @@ async def main(argv: list[str] | None = None) -> int:
                         help="jobs at once per worker process, pipeline and queue baseline "
                              "alike (default 1, the product default); the ledger baseline "
                              "then uses workers x concurrency connections")
+    parser.add_argument("--backlog", type=int, default=10_000,
+                        help="due rows of the backlog scenario, with the largest worker "
+                             "count (default 10,000; 0 skips it)")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip the 0.2 s one-scan-per-tick comparison runs")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write every figure to PATH as JSON")
     parser.add_argument("--profile", action="store_true",
                         help="always print the profile of one in-process worker")
     parser.add_argument("--profile-tasks", type=int, default=1_000)
     args = parser.parse_args(argv)
-    if args.tasks < 2 or args.repeat < 1:
-        parser.error("--tasks must be at least 2 and --repeat at least 1")
+    if args.tasks < 2 or args.repeat < 1 or args.backlog < 0:
+        parser.error("--tasks must be at least 2, --repeat at least 1, --backlog 0 or more")
     counts = [int(x) for x in args.workers.split(",") if x.strip()]
     base = devservices.resolve_settings(owner_pid=os.getpid())
+    whole = Busy()
     print(f"pipeline benchmark: {args.tasks:,} tasks (half small exports, half reminders), "
           f"worker processes {counts}, {args.repeat} run(s); machine: {os.cpu_count()} "
-          f"cores; worker timings: production defaults except "
-          f"{', '.join(f'{k}={v}' for k, v in _timings(args.concurrency).items())}",
-          flush=True)
+          f"cores; worker timings: production defaults"
+          + "".join(f", {k}={v}" for k, v in _timings(args.concurrency).items())
+          + ("" if args.no_compare else "; compared with "
+             + ", ".join(f"{k}={v}" for k, v in ONE_SCAN_02.items())), flush=True)
     figures = Figures()
     log_dir = Path(tempfile.mkdtemp(prefix="teamdesk-bench-"))
     for r in range(args.repeat):
@@ -669,25 +867,38 @@ async def main(argv: list[str] | None = None) -> int:
             print(f"    ledger bound ({k * args.concurrency} connection(s)): {led:.0f} tasks/s",
                   flush=True)
             run = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency)
-            print(f"    pipeline ({k}): {run.rate:.0f} tasks/s; CPU per task: worker "
-                  f"process(es) {run.worker_ms:.1f} ms, PostgreSQL {run.postgres_ms:.1f} ms; "
-                  f"machine {run.busy:.0%} busy", flush=True)
+            print(f"    pipeline ({k}), production timings: {run.rate:.0f} tasks/s; CPU per "
+                  f"task: worker process(es) {run.worker_ms:.1f} ms, PostgreSQL "
+                  f"{run.postgres_ms:.1f} ms; machine {run.busy:.0%} busy; dispatch faults "
+                  f"{run.faults}", flush=True)
             figures.add("queue", k, q)
             figures.add("ledger", k, led)
             figures.add("pipeline", k, run.rate)
             figures.add("worker_ms", k, run.worker_ms)
             figures.add("postgres_ms", k, run.postgres_ms)
+            figures.add("busy", k, run.busy)
+            figures.add("faults", k, run.faults)
+            if not args.no_compare:
+                old = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency,
+                                             timings=ONE_SCAN_02,
+                                             label="pipeline, 0.2 s tick, one scan")
+                print(f"    pipeline ({k}), 0.2 s tick, one scan per tick: {old.rate:.0f} "
+                      f"tasks/s; machine {old.busy:.0%} busy; dispatch faults {old.faults}",
+                      flush=True)
+                figures.add("one_scan", k, old.rate)
+                figures.add("one_scan_busy", k, old.busy)
+                figures.add("one_scan_faults", k, old.faults)
             print(_line(k, q, led, run.rate)[0], flush=True)
     print(f"\n  medians of {args.repeat} run(s), {args.tasks:,} tasks each:")
     missed = False
     for k in counts:
-        line, share = _line(k, statistics.median(figures.queue[k]),
-                            statistics.median(figures.ledger[k]),
-                            statistics.median(figures.pipeline[k]))
+        m = figures.medians(k)
+        line, share = _line(k, m["queue"], m["ledger"], m["pipeline"])
         print(line)
-        print(f"      CPU per task (median): worker process(es) "
-              f"{statistics.median(figures.worker_ms[k]):.1f} ms, PostgreSQL "
-              f"{statistics.median(figures.postgres_ms[k]):.1f} ms")
+        print(f"      CPU per task (median): worker process(es) {m['worker_ms']:.1f} ms, "
+              f"PostgreSQL {m['postgres_ms']:.1f} ms")
+        if "one_scan" in m:
+            print(_compare(k, m["pipeline"], m["busy"], m["one_scan"], m["one_scan_busy"]))
         missed |= share < TARGET
     if len(counts) > 1 and 1 in counts:
         one = statistics.median(figures.pipeline[1])
@@ -698,14 +909,46 @@ async def main(argv: list[str] | None = None) -> int:
     # Worker CPU per task for each kind (target: at most 4 ms each): one run per kind with
     # the largest worker count, only that kind's half of the N tasks.
     k = max(counts)
+    per_kind = {}
     print(f"\n  per kind, {k} worker process(es), {args.tasks // 2:,} tasks of one kind each:")
     for kind in ("EXPORT", "REMINDER"):
         run = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency, kind)
+        per_kind[kind.lower()] = vars(run)
         mark = "ok" if run.worker_ms <= CPU_TARGET_MS else f"ABOVE the {CPU_TARGET_MS} ms target"
         print(f"    {kind.lower():8s}: {run.rate:6.0f} tasks/s; worker CPU per task "
               f"{run.worker_ms:.2f} ms ({mark}), PostgreSQL {run.postgres_ms:.2f} ms",
               flush=True)
+    backlog = None
+    if args.backlog:
+        print(f"\n  backlog: {args.backlog:,} due rows at once, {k} worker process(es), "
+              "production timings", flush=True)
+        backlog = await measure_backlog(base, args.backlog, k, log_dir, args.concurrency)
+        print(f"    dispatcher: all in the queue after {backlog.queued_s:.1f} s, all COMPLETED "
+              f"after {backlog.completed_s:.1f} s (machine {backlog.busy:.0%} busy; dispatch "
+              f"faults {backlog.faults})")
+        print(f"    raw queue: {backlog.n:,} no-op adds ({DEFAULT_CONCURRENCY} at a time) in "
+              f"{backlog.raw_add_s:.1f} s, drained by {k} no-op worker(s) after "
+              f"{backlog.raw_drain_s:.1f} s (machine {backlog.raw_busy:.0%} busy)")
+        mark = "ok" if backlog.ratio <= 3 else "ABOVE the 3x target"
+        print(f"    in the queue / raw adds = {backlog.ratio:.2f}x ({mark}); all COMPLETED / "
+              f"raw drain = {backlog.completed_s / backlog.raw_drain_s:.2f}x", flush=True)
+    busy = whole.share()
+    print(f"\n  machine {busy:.0%} busy over the whole benchmark ({os.cpu_count()} cores)")
     print(f"  worker logs: {log_dir}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "benchmark": "pipeline", "tasks": args.tasks, "repeat": args.repeat,
+            "workers": counts, "concurrency": args.concurrency, "cores": os.cpu_count(),
+            "timings": {"pipeline": _timings(args.concurrency),
+                        "one_scan": None if args.no_compare else ONE_SCAN_02},
+            "machine_busy": busy,
+            "runs": {name: {str(k): v for k, v in values.items()}
+                     for name, values in vars(figures).items()},
+            "medians": {str(k): figures.medians(k) for k in counts},
+            "per_kind": per_kind,
+            "backlog": None if backlog is None else {**vars(backlog), "ratio": backlog.ratio},
+        }, indent=2) + "\n")
+        print(f"  figures written to {args.json}")
     if missed or args.profile:
         if missed:
             print(f"\n  the pipeline is below {TARGET:.0%} of the tighter baseline: where the "

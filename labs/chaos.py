@@ -343,6 +343,11 @@ class ChaosReport:
     completions: list[tuple[float, int]] = field(default_factory=list)
     #: The kinds really used (after dropping unavailable ones).
     kinds: tuple[str, ...] = ()
+    #: Dispatch faults (D8) in the workers' logs, split: struck while this run had that
+    #: worker's Redis broken (Redis stopped, its link cut, the worker frozen) — the fault
+    #: injected — and any other, a dispatcher fault of our own (its log lines).
+    dispatch_faults_injected: int = 0
+    dispatch_faults_own: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -692,6 +697,8 @@ class _Run:
         self.redis: RedisRestart | None = None
         self.redis_down = False
         self.t0 = 0.0
+        #: The wall clock at `t0`, to place the workers' log lines in the fault windows.
+        self.wall0 = 0.0
         #: (start, end) offsets of Redis outages, for recovery notes.
         self.outages: list[tuple[float, float]] = []
         self.sessions: async_sessionmaker[AsyncSession] | None = None
@@ -946,7 +953,7 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
         for w in run.procs:
             w.start()
         await wait_heartbeats(settings, run.procs)
-        run.t0 = time.monotonic()
+        run.t0, run.wall0 = time.monotonic(), time.time()
         out(f"  {config.workers} worker process(es) up; fault window of "
             f"{config.duration:g} s opens")
         snapper = asyncio.create_task(run.snapshots(sessions, stop_snapshots))
@@ -1107,9 +1114,52 @@ _LOG_COUNTS = {
 }
 
 
+#: A dispatch fault this long after a fault window closed is still that fault's doing: a
+#: tick that began while Redis was unreachable fails within its bounded Redis calls
+#: (`redis_timeout_s`, a look-up and an add), and the log stamps whole seconds.
+FAULT_GRACE_S = 2 * float(CHAOS_TIMINGS["TEAMDESK_REDIS_TIMEOUT_S"]) + 1.0
+#: The fault kinds that break a worker's Redis while they last: a Redis restart breaks
+#: every worker's, a cut only that worker's link, a SIGSTOP freezes that worker's calls.
+_BREAKS_REDIS = ("redis", "cut", "sigstop")
+_FAULT_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) \S+ (dispatch\.fault .*)$", re.MULTILINE)
+
+
+def classify_dispatch_faults(logs: dict[str, str],
+                             windows: list[tuple[float, float, str]],
+                             wall0: float) -> tuple[list[str], list[str]]:
+    """Split the `dispatch.fault` lines of each worker's log (name → text) into (fault
+    injected, our own). `windows` are (start, end, lane) in wall-clock seconds, lane a
+    worker's name or "redis" (every worker); a line stamped within a window of its
+    worker — from a second before it opened (stamps are whole seconds) to
+    `FAULT_GRACE_S` after it closed — is the fault injected. Any other dispatch fault
+    is the dispatcher's own (D8: a tick must not fail on its own, e.g. of a deadlock)."""
+    midnight = time.mktime((*time.localtime(wall0)[:3], 0, 0, 0, 0, 0, -1))
+    injected: list[str] = []
+    own: list[str] = []
+    for name, text_ in logs.items():
+        for m in _FAULT_LINE.finditer(text_):
+            at = midnight + int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])
+            if at < wall0 - 43_200:  # the run crossed midnight
+                at += 86_400
+            hit = any(lane in ("redis", name) and start - 1.0 <= at <= end + FAULT_GRACE_S
+                      for start, end, lane in windows)
+            (injected if hit else own).append(f"{name}: {m[4]}")
+    return injected, own
+
+
 def _log_notes(run: _Run) -> list[str]:
     text_all = "\n".join(w.output() for w in run.procs)
     notes = [f"{label}: {len(rx.findall(text_all))}" for label, rx in _LOG_COUNTS.items()]
+    windows = [(run.wall0 + start, run.wall0 + end, lane)
+               for start, end, lane, kind in run.report.timeline if kind in _BREAKS_REDIS]
+    injected, own = classify_dispatch_faults({w.name: w.output() for w in run.procs},
+                                             windows, run.wall0)
+    run.report.dispatch_faults_injected = len(injected)
+    run.report.dispatch_faults_own = own
+    notes.append(f"dispatch faults: {len(injected)} fault injected (the worker's Redis "
+                 f"stopped, cut or frozen), {len(own)} dispatcher fault(s) of our own")
+    run.report.findings.extend(f"dispatcher fault of our own (D8): {line[:200]}"
+                               for line in own[:10])
     recovered = sum(int(m) for m in re.findall(r"recovered_stale=(\d+)", text_all))
     re_added = sum(int(m) for m in re.findall(r"re_added=(\d+)", text_all))
     failed_q = sum(int(m) for m in re.findall(r"failed_from_queue=(\d+)", text_all))

@@ -26,7 +26,8 @@ _warned: set[str] = set()
 #: a tick of 0 busy-loops, a Redis timeout of 0 fails every call. Zero is meaningful for a
 #: few: `lock_renew_ms` 0 = never renew, `max_stalled_count` 0 = the first stall fails the
 #: job, `backoff_delay_ms` 0 = retry at once, `redispatch_age_s` 0 = re-check every waiting
-#: row each tick (D5: duplicates are harmless), `drain_timeout_s` 0 = abandon at once (W4).
+#: row each tick (D5: duplicates are harmless), `drain_timeout_s` 0 = abandon at once (W4),
+#: `dispatch_budget_s` 0 = one scan per tick, the book's loop (D8).
 _POSITIVE = "positive"
 _NON_NEGATIVE = "non-negative"
 _BOUNDS: dict[str, str] = {
@@ -34,7 +35,8 @@ _BOUNDS: dict[str, str] = {
     "stalled_interval_ms": _POSITIVE, "max_stalled_count": _NON_NEGATIVE,
     "backoff_delay_ms": _NON_NEGATIVE, "worker_concurrency": _POSITIVE,
     "fetch_retry_delay_ms": _POSITIVE, "dispatch_tick_s": _POSITIVE,
-    "dispatch_batch_size": _POSITIVE, "redispatch_age_s": _NON_NEGATIVE,
+    "dispatch_batch_size": _POSITIVE, "dispatch_budget_s": _NON_NEGATIVE,
+    "redispatch_age_s": _NON_NEGATIVE,
     "stale_running_age_s": _POSITIVE, "redis_timeout_s": _POSITIVE,
     "result_ttl_s": _POSITIVE, "export_limit": _POSITIVE, "export_batch_size": _POSITIVE,
     "heartbeat_ttl_s": _POSITIVE, "drain_timeout_s": _NON_NEGATIVE,
@@ -72,6 +74,16 @@ class Settings:
     #: Dispatcher (D1, D6, D7, D8).
     dispatch_tick_s: float = 3.0
     dispatch_batch_size: int = 100
+    #: How long one tick may go on scanning while its scans come back full (D8): a full
+    #: scan means a backlog, so the next scan follows at once, until one comes back short
+    #: or this budget is spent — then the tick ends with the D6/D7 tail and, if the last
+    #: scan was still full, the next tick starts at once. Without it a burst drained at
+    #: `dispatch_batch_size` rows per tick (100 every 3 s); bounded, so the tail (stale
+    #: recovery, purge) still runs at least about this often and a stop is not held up.
+    #: Never longer than `redispatch_age_s` either: the rows a tick marked come due again
+    #: after that age, and the tick would go on re-checking its own rows.
+    #: 0 = one scan per tick and the whole interval between ticks, as the book's loop.
+    dispatch_budget_s: float = 3.0
     redispatch_age_s: float = 30.0
     stale_running_age_s: float = 120.0
     #: A call to Redis from the dispatcher gives up after this long (fail fast, ch. 23).

@@ -1,6 +1,6 @@
 """The outbox dispatcher: scan the ledger, reconcile with the queue, add, mark (D1–D8).
 
-One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
+One call of `dispatch_tasks` is one *tick* of the book (ch. 23 §3–6), one scan round:
 
 1. **Scan** (D1) at most `dispatch_batch_size` WAITING rows that were never dispatched or
    whose last enqueue check is older than `redispatch_age_s`, never-dispatched first, then
@@ -14,6 +14,7 @@ One call of `dispatch_tasks` is one *tick* (ch. 23 §3–6):
 3. **Mark** (D3) `dispatched_at = now` WHERE `id, run, status = WAITING` — only for rows
    whose add or refresh succeeded, only *after* it succeeded. Zero rows matched is fine
    (the job may already have completed the task); a COMPLETED row is never turned back.
+   The D4 failures are written by a statement of their own after the mark.
 4. **Recover** (D6) RUNNING rows whose `updated_at` has not moved for
    `stale_running_age_s`: back to WAITING, same run, lease and `dispatched_at` cleared —
    except the third stall of the same run, which ends FAILED (D9).
@@ -34,9 +35,14 @@ tick, checked out of the `Ledger` (issue 11).
 
 Duplicate dispatch is the normal case, not an accident (D5): two dispatchers, or a
 re-check after 30 s, may look at the same task; the fixed job id de-duplicates only while
-the job record exists, and correctness comes from the executor's lease (P1–P3).
+the job record exists, and correctness comes from the executor's lease (P1–P3). Their
+multi-row UPDATEs (mark, fail from queue, recovery + purge) meet the same rows, so each
+locks its rows in id order before updating them and runs as a transaction of its own:
+dispatchers never deadlock each other (D8; the argument is in `queries.sql`).
 
-`DispatchLoop` runs ticks about every `dispatch_tick_s`, never two at once (D8).
+`DispatchLoop` (the worker process's tick) runs ticks about every `dispatch_tick_s`
+(jittered), never two at once (D8); a tick whose scan came back full runs further scan
+rounds at once, within `dispatch_budget_s`, before the recovery and purge tail.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, Protocol
@@ -106,9 +113,9 @@ class DispatchQueue(Protocol):
 
 @dataclass
 class DispatchReport:
-    """What one tick did; `str()` is the one-line log form."""
+    """What one tick (or one scan round of it) did; `str()` is the one-line log form."""
 
-    #: WAITING rows the scan returned (D1).
+    #: WAITING rows the scans returned (D1).
     scanned: int = 0
     #: No job existed: added (D2, D4).
     added: int = 0
@@ -125,12 +132,29 @@ class DispatchReport:
     purged: int = 0
     #: RUNNING rows stale for the third time in the same run, set FAILED (D9).
     failed_stalled: int = 0
+    #: Scans of this tick: more than one when scans came back full (D8 catch-up).
+    rounds: int = 1
+    #: The tick's budget ended its rounds while the last scan was still full: the next
+    #: tick follows at once (D8).
+    backlog: bool = False
+    #: A catch-up round that did not run: another process's dispatcher is catching up on
+    #: the same backlog (D8, D5).
+    yielded: bool = False
 
     def __str__(self) -> str:
-        # `failed_stalled` (D9, added later) shows only when something happened, so the
-        # line the notebooks and logs print for an ordinary tick keeps its shape.
-        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                        if f.name != "failed_stalled" or self.failed_stalled)
+        # Fields added later show only when they say something (a D9 failure, a catch-up),
+        # so the line the notebooks and logs print for an ordinary tick keeps its shape.
+        quiet = {"failed_stalled": 0, "rounds": 1, "backlog": False, "yielded": False}
+        return " ".join(
+            f"{f.name}={str(v).lower() if isinstance(v, bool) else v}"
+            for f in fields(self)
+            if (v := getattr(self, f.name)) != quiet.get(f.name, object()))
+
+    def add(self, other: DispatchReport) -> None:
+        """Count `other` (a later round or the tail of the same tick) into this report."""
+        for f in fields(self):
+            if f.name not in ("rounds", "backlog", "yielded"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 class _Outcome(enum.Enum):
@@ -189,11 +213,20 @@ async def dispatch_tasks(
     now: datetime | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     ledger: Ledger | None = None,
+    recover: bool = True,
+    catch_up: bool = False,
 ) -> DispatchReport:
-    """Run one dispatcher tick (D1–D7, D9) and return what it did.
+    """Run one dispatcher scan round (D1–D5) and, unless `recover` is False, the tick's
+    tail (D6, D7, D9); return what it did. One call is what a tick of the book does: one
+    scan of at most `dispatch_batch_size` rows. `DispatchLoop` (the worker process's tick)
+    runs further rounds after a full scan with `recover=False`, then the tail once; those
+    catch-up rounds pass `catch_up=True`: the round runs only while it holds the catch-up
+    advisory lock (statement `catch_up_lock`, tried, never waited for), else it returns
+    at once with `yielded` — another process is already working through that backlog, and
+    two doing it in step would add every row twice (D5: harmless, but half the speed).
 
     The SQL runs on one connection from `ledger` (default: one fresh connection to
-    `settings.database_url` for this tick); `sessions` is no longer used and kept so
+    `settings.database_url` for this call); `sessions` is no longer used and kept so
     callers need not change. `now` is ignored: every time comparison is made in the
     database's clock (D6 made precise); age rows to move a task's clock. Raises on the
     first Redis or database error (D8): a Redis call that does not answer within
@@ -206,7 +239,11 @@ async def dispatch_tasks(
     report = DispatchReport()
     tick = _Tick(queue, settings)
     ledger = ledger or Ledger(settings.database_url or "")
-    async with ledger.connection() as conn:
+    async with ledger.connection() as conn, _catching_up(conn, catch_up) as alone:
+        if not alone:
+            report.scanned, report.yielded = 0, True
+            log.debug("dispatch.round yielded=true")
+            return report
         # D1: autocommit reads. No row lock is held across the Redis calls: an executor's
         # claim (P2) must never wait for the dispatcher.
         rows = await scan(conn, settings)
@@ -226,10 +263,46 @@ async def dispatch_tasks(
         if error is not None:
             raise error  # D8: the round ends here; recovery and purge wait for a later tick
 
+        if recover:
+            (report.failed_stalled, report.recovered_stale,
+             report.purged) = await recover_and_purge(conn, settings)
+
+    ms = round((time.perf_counter() - started) * 1000)
+    if recover:
+        log.info("dispatch.tick %s ms=%d", report, ms)
+    else:  # one round of a loop's tick, which logs the whole tick in one line
+        log.debug("dispatch.round %s ms=%d", report, ms)
+    return report
+
+
+@contextlib.asynccontextmanager
+async def _catching_up(conn: psycopg.AsyncConnection, catch_up: bool
+                       ) -> AsyncIterator[bool]:
+    """For a catch-up round: hold the catch-up advisory lock for the round (True), or
+    say that another dispatcher holds it (False). Other rounds: always True, no lock."""
+    if not catch_up:
+        yield True
+        return
+    if not (await fetch_one(conn, "catch_up_lock")).got:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(psycopg.Error):  # a broken session has lost the lock
+            await fetch_one(conn, "catch_up_unlock")
+
+
+async def dispatch_tail(settings: Settings, *, ledger: Ledger | None = None
+                        ) -> DispatchReport:
+    """The tick's tail alone (D6, D9, D7: `recover_and_purge`), on one connection of
+    `ledger` (default: a fresh one); for `DispatchLoop`, which runs it once after its
+    scan rounds. The report counts only the tail (`scanned` 0)."""
+    report = DispatchReport()
+    ledger = ledger or Ledger(settings.database_url or "")
+    async with ledger.connection() as conn:
         (report.failed_stalled, report.recovered_stale,
          report.purged) = await recover_and_purge(conn, settings)
-
-    log.info("dispatch.tick %s ms=%d", report, round((time.perf_counter() - started) * 1000))
     return report
 
 
@@ -271,23 +344,24 @@ async def _write_outcomes(conn: psycopg.AsyncConnection,
             report.refreshed += 1
         elif o is _Outcome.RE_ADDED:
             report.re_added += 1
-    if not marked and not failing:
-        return
-    # One transaction only when there are two statements (each alone is atomic).
-    async with conn.transaction() if marked and failing else contextlib.nullcontext():
-        if marked:
-            # D3: zero rows for a pair is fine — the job may have completed the task
-            # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
-            await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
-                                                    "runs": [r.run for r in marked]})
-        if failing:
-            # D4 failed branch: only a WAITING row of that run whose lease is empty. A
-            # RUNNING row is never failed from the queue's word (its lease may belong to
-            # a live executor); D6 must first recover it, and a later tick decides.
-            result = await execute(conn, "fail_from_queue", {
-                "ids": [r.id for r in failing], "runs": [r.run for r in failing],
-                "last_error": QUEUE_FAILED_ERROR})
-            report.failed_from_queue = result.rowcount
+    # Two statements, each its own autocommit transaction (D8): each locks its rows in id
+    # order, and the mark's locks are released before the fail's are taken. In one
+    # transaction the two sorted sets would be locked one after the other — not one order,
+    # so two dispatchers could deadlock. Nothing needs them atomic: the sets are disjoint
+    # and each write is conditional on its own (D3, D4).
+    if marked:
+        # D3: zero rows for a pair is fine — the job may have completed the task
+        # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
+        await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
+                                                "runs": [r.run for r in marked]})
+    if failing:
+        # D4 failed branch: only a WAITING row of that run whose lease is empty. A
+        # RUNNING row is never failed from the queue's word (its lease may belong to
+        # a live executor); D6 must first recover it, and a later tick decides.
+        result = await execute(conn, "fail_from_queue", {
+            "ids": [r.id for r in failing], "runs": [r.run for r in failing],
+            "last_error": QUEUE_FAILED_ERROR})
+        report.failed_from_queue = result.rowcount
 
 
 class _Tick:
@@ -451,6 +525,15 @@ def _many(call: str, job_ids: Sequence[str]) -> str:
 DispatchFn = Callable[..., Awaitable[DispatchReport]]
 LoopListener = Callable[[str, dict[str, Any]], None]
 
+#: What a committed INSERT into the ledger notifies (migration 0003's trigger): a loop
+#: that listens starts a tick at once (D8).
+OUTBOX_CHANNEL = "teamdesk_outbox"
+
+#: How far each interval between two ticks is drawn from `dispatch_tick_s`, either way
+#: (D8: "about every 3 s"): worker processes started together drift apart instead of
+#: scanning the same rows in phase. The mean interval stays the tick.
+TICK_JITTER = 0.2
+
 
 class DispatchLoop:
     """Tick the dispatcher about every `settings.dispatch_tick_s`, never two ticks at once
@@ -459,9 +542,36 @@ class DispatchLoop:
     raises is logged as one `dispatch.fault error=<type>: <message>` line (no traceback),
     kept in `last_error` and counted in `faults`; the next trigger tries again.
 
-    `listener(event, info)` (optional) sees `tick.start`, `tick.done`, `tick.fault` and
-    `tick.skipped`; tests and labs use it to synchronise with the loop without sleeping.
-    `dispatch` is the tick function (default `dispatch_tasks`); a test may wrap it.
+    One tick (D8 made precise): a scan round (`dispatch(..., recover=False)`); a scan that
+    came back full (`dispatch_batch_size` rows) means a backlog, so the next round follows
+    at once — one at a time, each bounded by the batch size — until a scan comes back
+    short, a full round changed nothing (the next scan would return the same rows), or
+    the tick's budget is spent (`dispatch_budget_s`, never more than `redispatch_age_s`,
+    after which the rows the tick marked come due again), or another process's loop is
+    already catching up (`catch_up`: one at a time). Then the tail (D6, D9, D7) once,
+    and one `dispatch.tick` line for the whole tick. If the budget ended the rounds on a
+    full scan (`report.backlog`), the next tick starts at once instead of after the
+    interval: a burst drains at the queue's speed, not 100 rows per tick, and the tail
+    still runs after every budget. `dispatch_budget_s` 0 is the book's loop: one scan per
+    tick, then the interval.
+
+    The interval before the next tick is drawn from `dispatch_tick_s` ± `TICK_JITTER`
+    (`rng`, injectable for tests), so the dispatchers of several processes are not kept
+    in phase on purpose; where their scans still meet, D5's duplicates are harmless, and
+    their UPDATEs lock rows in one order (D8, `queries.sql`). The first tick starts at
+    once.
+
+    With `listen` (the worker process), the loop also LISTENs on `OUTBOX_CHANNEL`: a
+    committed INSERT of task rows (O1) wakes it, and a tick starts at once — right after
+    the running one, never beside it — so a new task does not wait up to a whole
+    interval. The timer stays the safety net: a notification sent while nobody listened
+    (or a listening connection that broke, retried after an interval) only costs that
+    speed-up; the next tick finds the row anyway (D1).
+
+    `listener(event, info)` (optional) sees `tick.start`, `tick.round`, `tick.done`,
+    `tick.fault`, `tick.skipped` and `listen.ready`; tests and labs use it to synchronise
+    with the loop without sleeping. `dispatch` is the round function (default
+    `dispatch_tasks`); a test may wrap it.
     """
 
     def __init__(
@@ -473,15 +583,20 @@ class DispatchLoop:
         dispatch: DispatchFn = dispatch_tasks,
         listener: LoopListener | None = None,
         ledger: Ledger | None = None,
+        rng: random.Random | None = None,
+        listen: bool = False,
     ) -> None:
         self.sessions = sessions
         #: The worker process's pool, shared with its task worker (issue 11); None: each
-        #: tick opens one connection of its own.
+        #: tick opens connections of its own.
         self.ledger = ledger
         self.queue = queue
         self.settings = settings
         self.dispatch = dispatch
         self.listener = listener
+        self.rng = rng or random.Random()
+        self.listen = listen
+        self._listening: asyncio.Task[None] | None = None
         self.ticks = 0
         self.faults = 0
         self.skipped = 0
@@ -490,6 +605,9 @@ class DispatchLoop:
         self._timer: asyncio.Task[None] | None = None
         self._current: asyncio.Task[DispatchReport | None] | None = None
         self._stopping = asyncio.Event()
+        #: Set to end the timer's wait early: by `stop()`, or by a tick that ended with
+        #: its budget spent on a backlog (the next tick follows at once).
+        self._wake = asyncio.Event()
 
     @property
     def running(self) -> bool:
@@ -500,14 +618,24 @@ class DispatchLoop:
         if self.running:
             raise RuntimeError("dispatch loop is already running")
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._timer = asyncio.create_task(self._run(), name="teamdesk-dispatch-loop")
+        if self.listen:
+            self._listening = asyncio.create_task(self._listen(),
+                                                  name="teamdesk-dispatch-listen")
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop triggering ticks and await the current one, at most `timeout` seconds
-        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls).
-        A tick still running after that is cancelled: anything it left undone is redone
-        by a later tick (D3, D5, D6)."""
+        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls; a
+        tick catching up starts no further round once stopping). A tick still running
+        after that is cancelled: anything it left undone is redone by a later tick (D3,
+        D5, D6)."""
         self._stopping.set()
+        self._wake.set()
+        if self._listening is not None:
+            self._listening.cancel()
+            await asyncio.wait({self._listening}, timeout=5.0)
+            self._listening = None
         if timeout is None:
             timeout = 2 * self.settings.redis_timeout_s + 5.0
         tasks = {t for t in (self._timer, self._current) if t is not None and not t.done()}
@@ -536,34 +664,96 @@ class DispatchLoop:
         assert self._current is not None
         return await asyncio.shield(self._current)
 
+    def next_interval(self) -> float:
+        """Seconds from one tick's start to the next: `dispatch_tick_s` ± `TICK_JITTER`."""
+        return self.settings.dispatch_tick_s * (1.0 + self.rng.uniform(-TICK_JITTER,
+                                                                        TICK_JITTER))
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = self.settings.dispatch_tick_s
         due = loop.time()
         while not self._stopping.is_set():
+            self._wake.clear()
             self.trigger()
-            due += interval
+            due += self.next_interval()
             if due < loop.time():  # ticks overran several intervals: do not burst
-                due = loop.time() + interval
+                due = loop.time() + self.next_interval()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), due - loop.time())
+                await asyncio.wait_for(self._wake.wait(), due - loop.time())
+            if self._wake.is_set() and not self._stopping.is_set():
+                # A tick spent its budget on a backlog, or new rows were committed (D8):
+                # the next tick starts now, after the running one.
+                current = self._current
+                if current is not None and not current.done():
+                    await asyncio.wait({current})
+                due = loop.time()
+
+    async def _listen(self) -> None:
+        """Wake the timer on each outbox notification (see the class docstring)."""
+        while not self._stopping.is_set():
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.settings.database_url or "",
+                                                             autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+                    self._emit("listen.ready")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except Exception as err:  # e.g. PostgreSQL restarted: the timer still ticks
+                message = (str(err).strip().splitlines() or [""])[0]
+                log.warning("dispatch.listen_failed error=%s: %s", type(err).__name__,
+                            message)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.dispatch_tick_s)
 
     async def _tick(self) -> DispatchReport | None:
         self.ticks += 1
-        self._emit("tick.start", tick=self.ticks)
+        tick = self.ticks
+        self._emit("tick.start", tick=tick)
+        loop = asyncio.get_running_loop()
+        started, clock = time.perf_counter(), loop.time()
+        budget = min(self.settings.dispatch_budget_s, self.settings.redispatch_age_s)
         try:
             extra = {"ledger": self.ledger} if self.ledger is not None else {}
-            report = await self.dispatch(self.sessions, self.queue, self.settings, **extra)
+            report = DispatchReport(rounds=0)
+            while True:
+                # Rounds after the first are catch-up rounds: one process at a time.
+                more = {"catch_up": True} if report.rounds else {}
+                last = await self.dispatch(self.sessions, self.queue, self.settings,
+                                           recover=False, **extra, **more)
+                if last.yielded:
+                    break  # another process is catching up on this backlog (D8, D5)
+                report.add(last)
+                report.rounds += 1
+                self._emit("tick.round", tick=tick, round=report.rounds, report=last)
+                if not self._backlog(last) or self._stopping.is_set():
+                    break
+                if loop.time() - clock >= budget:
+                    # Budget spent with the backlog still there: the next tick follows
+                    # at once (budget 0, the book's loop, waits the interval).
+                    report.backlog = budget > 0
+                    break
+            report.add(await dispatch_tail(self.settings, ledger=self.ledger))
         except Exception as err:
             self.faults += 1
             self.last_error = err
             message = (str(err).strip().splitlines() or [""])[0]
             log.error("dispatch.fault error=%s: %s", type(err).__name__, message)
-            self._emit("tick.fault", tick=self.ticks, error=err)
+            self._emit("tick.fault", tick=tick, error=err)
             return None
+        log.info("dispatch.tick %s ms=%d", report,
+                 round((time.perf_counter() - started) * 1000))
         self.last_report = report
-        self._emit("tick.done", tick=self.ticks, report=report)
+        self._emit("tick.done", tick=tick, report=report)
+        if report.backlog and not self._stopping.is_set():
+            self._wake.set()
         return report
+
+    def _backlog(self, last: DispatchReport) -> bool:
+        """D8: a scan that came back full means a backlog — unless the round changed no
+        row (then the next scan would return the same rows)."""
+        changed = last.added + last.refreshed + last.re_added + last.failed_from_queue
+        return last.scanned >= self.settings.dispatch_batch_size and changed > 0
 
     def _emit(self, event: str, **info: Any) -> None:
         if self.listener is not None:

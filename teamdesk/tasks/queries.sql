@@ -16,6 +16,22 @@
 --
 -- Every dispatcher time comparison uses the database's clock, `now()` (D6 made precise):
 -- `updated_at` and `dispatched_at` are stamped there, so the cutoff is computed there too.
+--
+-- Lock order (D8). Several dispatchers' scans overlap (D5), so their multi-row UPDATEs meet
+-- the same rows. An UPDATE locks rows in the order its plan reaches them — the heap's
+-- order for a sequential scan, which changes as every mark moves row versions, or the
+-- array's order — so two such statements could each hold a row the other waits for
+-- (`deadlock detected`, a failed tick). Every multi-row UPDATE of the dispatcher
+-- (mark_dispatched, fail_from_queue, recover_and_purge) therefore first takes all its
+-- row locks in ONE order, by id: a `locked` CTE, `ORDER BY id FOR NO KEY UPDATE` (the
+-- lock the UPDATE itself takes, so nothing else is blocked more than before; ORDER BY is
+-- applied before the locks, so they are acquired in id order), which the UPDATEs join and
+-- whose rows they re-check. Each runs alone in its autocommit transaction. Why that is
+-- deadlock-free: a dispatcher statement waits only for task rows and, holding only rows
+-- below the one it waits for, can only wait for a holder of higher ids; the claim and the
+-- executors' fenced writes are single-row statements (they hold no row while waiting);
+-- the reminder's transaction (P10) holds the team lock and ticket rows, which no
+-- dispatcher statement ever waits for, and takes its own task row last. So no cycle.
 
 
 -- claim --
@@ -171,17 +187,37 @@ SELECT id, run, execution_id, delay_ms, rechecked
 
 -- mark_dispatched --
 -- D3: only after a successful add or refresh, only rows still WAITING in that run.
-UPDATE background_tasks
+-- D8: the rows are locked first, in id order (`locked`), and only then updated (see "Lock
+-- order" at the top).
+WITH locked AS MATERIALIZED (
+    SELECT id, run FROM background_tasks
+     WHERE (id, run) IN (SELECT * FROM unnest(%(ids)s::text[], %(runs)s::int[]))
+       AND status = 'WAITING'
+     ORDER BY id
+       FOR NO KEY UPDATE
+)
+UPDATE background_tasks AS t
    SET dispatched_at = now()
- WHERE (id, run) IN (SELECT * FROM unnest(%(ids)s::text[], %(runs)s::int[]))
-   AND status = 'WAITING';
+  FROM locked
+ WHERE t.id = locked.id AND t.run = locked.run AND t.status = 'WAITING';
 
 -- fail_from_queue --
--- D4 failed branch: the queue gave up and no executor holds the row.
-UPDATE background_tasks
+-- D4 failed branch: the queue gave up and no executor holds the row. D8: locked in id
+-- order first, like mark_dispatched; run as a statement (a transaction) of its own, never
+-- in one transaction with the mark: two sets each locked in id order, one after the
+-- other, are not one order.
+WITH locked AS MATERIALIZED (
+    SELECT id, run FROM background_tasks
+     WHERE (id, run) IN (SELECT * FROM unnest(%(ids)s::text[], %(runs)s::int[]))
+       AND status = 'WAITING' AND execution_id IS NULL
+     ORDER BY id
+       FOR NO KEY UPDATE
+)
+UPDATE background_tasks AS t
    SET status = 'FAILED', last_error = %(last_error)s
- WHERE (id, run) IN (SELECT * FROM unnest(%(ids)s::text[], %(runs)s::int[]))
-   AND status = 'WAITING' AND execution_id IS NULL;
+  FROM locked
+ WHERE t.id = locked.id AND t.run = locked.run
+   AND t.status = 'WAITING' AND t.execution_id IS NULL;
 
 -- recover_and_purge --
 -- The tick's tail, three disjoint UPDATEs in one round trip (each row is touched by at
@@ -192,26 +228,53 @@ UPDATE background_tasks
 --   D6: other stale RUNNING rows go back to WAITING, same run, lease and dispatched_at
 --       cleared, their per-run recovery count + 1;
 --   D7: exports past expires_at lose their CSV; the row and its summary stay.
-WITH failed_stalled AS (
-    UPDATE background_tasks
+-- D8: ONE lock set for the whole statement: `locked` takes every candidate row of the
+-- three UPDATEs in id order (a bitmap OR of the two partial indexes), then each UPDATE
+-- filters on it and re-checks its own condition. Three UPDATEs each locking as their plan
+-- met the rows would be three orders in one transaction.
+WITH locked AS MATERIALIZED (
+    SELECT id FROM background_tasks
+     WHERE (status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s))
+        OR (type = 'EXPORT' AND result_csv IS NOT NULL AND expires_at < now())
+     ORDER BY id
+       FOR NO KEY UPDATE
+), failed_stalled AS (
+    UPDATE background_tasks AS t
        SET status = 'FAILED', execution_id = NULL, last_error = %(stalled_error)s,
-           stale_recoveries = stale_recoveries + 1
-     WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
-       AND stale_recoveries >= %(max_recoveries)s
+           stale_recoveries = t.stale_recoveries + 1
+      FROM locked
+     WHERE t.id = locked.id
+       AND t.status = 'RUNNING' AND t.updated_at < now() - make_interval(secs => %(age_s)s)
+       AND t.stale_recoveries >= %(max_recoveries)s
     RETURNING 1
 ), recovered AS (
-    UPDATE background_tasks
+    UPDATE background_tasks AS t
        SET status = 'WAITING', execution_id = NULL, dispatched_at = NULL,
-           stale_recoveries = stale_recoveries + 1
-     WHERE status = 'RUNNING' AND updated_at < now() - make_interval(secs => %(age_s)s)
-       AND stale_recoveries < %(max_recoveries)s
+           stale_recoveries = t.stale_recoveries + 1
+      FROM locked
+     WHERE t.id = locked.id
+       AND t.status = 'RUNNING' AND t.updated_at < now() - make_interval(secs => %(age_s)s)
+       AND t.stale_recoveries < %(max_recoveries)s
     RETURNING 1
 ), purged AS (
-    UPDATE background_tasks
+    UPDATE background_tasks AS t
        SET result_csv = NULL
-     WHERE type = 'EXPORT' AND result_csv IS NOT NULL AND expires_at < now()
+      FROM locked
+     WHERE t.id = locked.id
+       AND t.type = 'EXPORT' AND t.result_csv IS NOT NULL AND t.expires_at < now()
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM failed_stalled) AS failed_stalled,
        (SELECT count(*) FROM recovered) AS recovered_stale,
        (SELECT count(*) FROM purged) AS purged;
+
+-- catch_up_lock --
+-- D8, D5: one catch-up at a time across processes. A dispatcher that wants to go on after
+-- a full scan takes this session-level advisory lock for the round (never waiting: a try),
+-- so two worker processes woken by the same burst do not both work through the same rows
+-- round after round. Not a row lock: no claim (P2) ever waits for it.
+SELECT pg_try_advisory_lock(hashtext('teamdesk.dispatch.catch_up')) AS got;
+
+-- catch_up_unlock --
+-- D8: the end of a catch-up round (a broken connection ends its session and the lock).
+SELECT pg_advisory_unlock(hashtext('teamdesk.dispatch.catch_up')) AS released;

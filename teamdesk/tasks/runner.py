@@ -76,7 +76,8 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     # One pool for the process: a connection per concurrent job, one for the tick (D8).
     ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
     worker = await create_task_worker(settings, sessions, actor=name, ledger=ledger)
-    ticks = DispatchLoop(sessions, queue, settings, ledger=ledger)
+    # D8: a committed outbox INSERT wakes the tick at once (LISTEN, migration 0003).
+    ticks = DispatchLoop(sessions, queue, settings, ledger=ledger, listen=True)
     ticks.start()
     started = datetime.now(UTC).isoformat()
     log.info("worker.started name=%s pid=%s queue=%s prefix=%s concurrency=%s", name,

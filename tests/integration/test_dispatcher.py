@@ -43,6 +43,7 @@ from teamdesk.tasks.dispatcher import (
 )
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task_job_id
+from tests.integration.conftest import age_task
 
 SYNC_TIMEOUT = 8.0  # only detects a sync point that never came
 EMBEDDED_REDIS = pytest.mark.skipif(
@@ -743,3 +744,187 @@ async def test_loop_logs_a_fault_and_the_next_tick_runs(settings, sessions, demo
                                "failed_from_queue=0 recovered_stale=0 purged=0 ms=")
     assert await _state(queue, task_id) == "waiting"
     assert (await _row(sessions, task_id))["dispatched_at"] is not None
+
+
+# ---------------------------------------------------------------- D8: a backlog drains at once
+
+async def _insert_many(sessions, n: int) -> list[str]:
+    """`n` WAITING rows, never dispatched, due (one INSERT)."""
+    from sqlalchemy import text
+
+    async with sessions() as s, s.begin():
+        return list((await s.execute(text(
+            "INSERT INTO background_tasks (type, status, run, owner_id, team_id, scope, "
+            "filters, run_at) SELECT 'EXPORT', 'WAITING', 0, 'ben', 'acme', 'TEAM', "
+            "'{}'::jsonb, now() - interval '1 minute' + g * interval '1 ms' "
+            "FROM generate_series(1, :n) AS g RETURNING id"), {"n": n})).scalars())
+
+
+async def _undispatched(sessions) -> int:
+    """WAITING rows never dispatched (or recovered since, D6)."""
+    async with sessions() as s:
+        return len((await s.scalars(select(BackgroundTask.id).where(
+            BackgroundTask.status == TaskStatus.WAITING,
+            BackgroundTask.dispatched_at.is_(None)))).all())
+
+
+async def test_loop_tick_drains_a_backlog_round_after_round_until_a_short_scan(
+        settings, sessions, demo, queue):
+    """D8 (made precise): 35 due rows and a batch of 10 — the first scan comes back full
+    (a backlog), so the next scan follows at once, one at a time, each bounded by the
+    batch: 10, 10, 10, then 5 (short) ends the rounds. All of it in ONE tick — the tick
+    interval is a minute, so nothing here waited for a second tick — and the D6/D7 tail
+    ran once after the rounds (the stale RUNNING row is recovered)."""
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
+    ids = await _insert_many(sessions, 35)
+    stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
+    await age_task(sessions, stale, 121)
+    events = LoopEvents()
+    loop = DispatchLoop(sessions, queue, settings, listener=events)
+    loop.start()
+    try:
+        _, info, _ = await events.until("the first tick", lambda e, i: e in (
+            "tick.done", "tick.fault"))
+    finally:
+        await loop.stop()
+    report = info["report"]
+    rounds = [i["report"].scanned for e, i, _ in events.seen if e == "tick.round"]
+    assert rounds == [10, 10, 10, 5]
+    assert (report.rounds, report.scanned, report.added, report.backlog) == (4, 35, 35, False)
+    assert (report.recovered_stale, loop.ticks, loop.faults) == (1, 1, 0)
+    assert await _undispatched(sessions) == 1  # only the row recovered after the rounds
+    assert all([await _state(queue, t) == "waiting" for t in ids])
+
+
+async def test_loop_full_last_scan_then_a_short_one_of_none(settings, sessions, demo, queue):
+    """D8: exactly two batches due: two full scans, then a third that comes back empty
+    (short) ends the rounds; a full round that changed no row ends them too (the next scan
+    would return the same rows), without counting as a backlog."""
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
+    await _insert_many(sessions, 20)
+    loop = DispatchLoop(sessions, queue, settings)
+    report = await loop.tick_once()
+    assert (report.rounds, report.scanned, report.added, report.backlog) == (3, 20, 20, False)
+
+    calls = 0
+
+    async def same_rows_again(*args: Any, **kwargs: Any) -> DispatchReport:
+        nonlocal calls
+        calls += 1
+        return DispatchReport(scanned=10)  # full, but nothing added, refreshed or failed
+
+    report = await DispatchLoop(sessions, queue, settings, dispatch=same_rows_again).tick_once()
+    assert (calls, report.rounds, report.backlog) == (1, 1, False)
+
+
+async def test_loop_budget_ends_the_rounds_and_the_next_tick_follows_at_once(
+        settings, sessions, demo, queue):
+    """D8: a budget too small for a second round (1 ns) ends each tick after one full
+    scan with the backlog left (`backlog`), and the next tick starts at once — the
+    interval is a minute, so every tick after the first here is a catch-up tick — until
+    a scan comes back short; that tick waits for the interval again. Each tick ran the
+    D6/D7 tail (the stale row is recovered in the first)."""
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10,
+                                dispatch_budget_s=1e-9)
+    await _insert_many(sessions, 25)
+    stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
+    await age_task(sessions, stale, 121)
+    events = LoopEvents()
+    loop = DispatchLoop(sessions, queue, settings, listener=events)
+    loop.start()
+    try:
+        await events.until("a tick whose scan came back short", lambda e, i: (
+            e == "tick.fault" or (e == "tick.done" and not i["report"].backlog)))
+    finally:
+        await loop.stop()
+    reports = [i["report"] for e, i, _ in events.seen if e == "tick.done"]
+    # 25 + the recovered row = 26 rows: 10, 10 (backlog each), then 6 (short).
+    assert [(r.rounds, r.scanned, r.backlog) for r in reports] == [
+        (1, 10, True), (1, 10, True), (1, 6, False)]
+    assert reports[0].recovered_stale == 1 and loop.faults == 0
+    assert await _undispatched(sessions) == 0
+
+
+@pytest.mark.parametrize("changes", [{"dispatch_budget_s": 0.0}, {"redispatch_age_s": 0.0}])
+async def test_loop_budget_zero_is_one_scan_per_tick(settings, sessions, demo, queue,
+                                                     changes):
+    """D8: `dispatch_budget_s` 0 is the book's loop — one scan per tick, and no catch-up
+    tick (no `backlog`: the next tick waits for the interval). A re-dispatch age of 0
+    caps the budget at 0 too: every row a tick marked would be due again at once."""
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10, **changes)
+    await _insert_many(sessions, 25)
+    report = await DispatchLoop(sessions, queue, settings).tick_once()
+    assert (report.rounds, report.scanned, report.backlog) == (1, 10, False)
+    assert await _undispatched(sessions) == 15
+
+
+async def test_loop_round_that_raises_ends_the_tick_before_the_tail(settings, sessions,
+                                                                    demo, queue, caplog):
+    """D8: a tick that raises ends that round — here the second scan round of a backlog:
+    no further round, no recovery or purge in that tick, one `dispatch.fault` line; the
+    rows of the first round stay marked (D3)."""
+    caplog.set_level(logging.INFO, logger="teamdesk.dispatcher")
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
+    await _insert_many(sessions, 25)
+    stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
+    await age_task(sessions, stale, 121)
+    calls = 0
+
+    async def second_round_fails(*args: Any, **kwargs: Any) -> DispatchReport:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("injected in round 2")
+        return await dispatch_tasks(*args, **kwargs)
+
+    loop = DispatchLoop(sessions, queue, settings, dispatch=second_round_fails)
+    assert await loop.tick_once() is None
+    assert (calls, loop.faults, str(loop.last_error)) == (2, 1, "injected in round 2")
+    assert (await _row(sessions, stale))["status"] is TaskStatus.RUNNING  # no tail ran
+    assert await _undispatched(sessions) == 15
+    assert [r.getMessage() for r in caplog.records if "dispatch.fault" in r.getMessage()] == [
+        "dispatch.fault error=RuntimeError: injected in round 2"]
+
+
+async def test_listening_loop_ticks_at_once_on_a_committed_outbox_insert(settings, sessions,
+                                                                        demo, queue):
+    """D8, O1: the worker process's loop listens for the outbox's notification (sent by
+    the ledger's INSERT trigger when the request's transaction commits): a task created
+    through the service is dispatched by a tick that starts at once — the interval is a
+    minute, so only the notification can have started it."""
+    settings = settings.replace(dispatch_tick_s=60.0)
+    events = LoopEvents()
+    loop = DispatchLoop(sessions, queue, settings, listener=events, listen=True)
+    loop.start()
+    try:
+        await events.until("the first tick", lambda e, i: e == "tick.done")
+        await events.until("LISTEN is on", lambda e, i: e == "listen.ready")
+        async with sessions() as s:
+            task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
+        _, info, _ = await events.until("a tick woken by the insert", lambda e, i: (
+            e == "tick.done" and i["report"].added == 1))
+    finally:
+        await loop.stop()
+    assert info["tick"] == 2 and loop.faults == 0
+    assert await _state(queue, task.id) == "waiting"
+
+
+async def test_only_one_process_catches_up_at_a_time(settings, sessions, demo, queue):
+    """D8, D5: while another process's dispatcher holds the catch-up lock (taken here by
+    hand, as that dispatcher's round would), a tick's first scan still runs, but its
+    catch-up rounds yield at once: two processes woken by the same burst would otherwise
+    add every row of it twice. Once the lock is free, the next tick catches up."""
+    import psycopg
+
+    settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
+    await _insert_many(sessions, 25)
+    loop = DispatchLoop(sessions, queue, settings)
+    async with await psycopg.AsyncConnection.connect(settings.database_url,
+                                                     autocommit=True) as other:
+        await other.execute("SELECT pg_advisory_lock(hashtext('teamdesk.dispatch.catch_up'))")
+        report = await loop.tick_once()
+        assert (report.rounds, report.scanned, report.backlog) == (1, 10, False)
+        await other.execute("SELECT pg_advisory_unlock(hashtext('teamdesk.dispatch.catch_up'))")
+    report = await loop.tick_once()
+    assert (report.rounds, report.scanned, report.backlog) == (2, 15, False)
+    assert await _undispatched(sessions) == 0

@@ -168,6 +168,67 @@ async def test_dispatcher_statements_have_index_bounded_generic_plans(settings, 
         assert "Index Cond" not in "\n".join(r[0] for r in old)
 
 
+#: The dispatcher's multi-row UPDATEs: every UPDATE of the ledger that is not a single-row
+#: write by task id (the claim and the executors' fenced writes, P2, P3).
+_MULTI_ROW = sorted(name for name, sql in QUERIES.items()
+                    if "UPDATE background_tasks" in sql and "id = %(task_id)s" not in sql)
+
+_PARAMS = {"ids": ["T1", "T2"], "runs": [0, 0], "last_error": "x", "age_s": 120.0,
+           "max_recoveries": 2, "stalled_error": "y"}
+
+
+def _locks_in_id_order(plan: list[str]) -> list[str]:
+    """Problems with how `plan` takes its row locks: every LockRows node must sit right
+    on a Sort by id (or an id-ordered primary-key scan), and no UPDATE may lock rows
+    itself in any other order, i.e. each must read `locked`."""
+    problems = []
+    locks = [i for i, ln in enumerate(plan) if "LockRows" in ln]
+    if not locks:
+        problems.append("no LockRows node: the UPDATE locks rows in its plan's order")
+    for i in locks:
+        child = next(j for j in range(i + 1, len(plan)) if "->" in plan[j])
+        node = _node(plan, child)
+        if not (("Sort" in plan[child] and "Sort Key: background_tasks.id" in node)
+                or "Index Scan using background_tasks_pkey" in plan[child]):
+            problems.append(f"LockRows is not fed in id order:\n{node}")
+    updates = sum("Update on background_tasks" in ln for ln in plan)
+    if sum("CTE Scan on locked" in ln for ln in plan) < updates:
+        problems.append("an UPDATE does not join the locked rows")
+    return problems
+
+
+@pytest.mark.parametrize("rows", [500, 40_000])
+async def test_dispatcher_multi_row_updates_lock_in_id_order_first(settings, demo, rows):
+    """D8, D5: every multi-row UPDATE of the dispatcher (mark, fail from queue, recovery +
+    purge) takes its row locks in one global order — a `locked` CTE whose LockRows reads
+    a Sort by id — and its UPDATEs only touch those rows. Checked on the generic plan (a
+    prepared statement's) and on a plan with bound values, for a small ledger (sequential
+    scans: heap order, which every mark changes) and a large one (index lookups in the
+    order of the ids array). The stress test shows what the old order-by-plan did."""
+    assert _MULTI_ROW == ["fail_from_queue", "mark_dispatched", "recover_and_purge"]
+    async with Ledger(settings.database_url).connection() as conn:
+        await conn.execute("""
+            INSERT INTO background_tasks (type, status, owner_id, team_id, dispatched_at,
+                                          updated_at, expires_at, result_csv)
+            SELECT 'EXPORT',
+                   (CASE WHEN g %% 4 = 0 THEN 'WAITING' WHEN g %% 9 = 1 THEN 'RUNNING'
+                         ELSE 'COMPLETED' END)::task_status,
+                   'ben', 'acme', now() - interval '5 seconds', now(),
+                   now() + interval '1 day', CASE WHEN g %% 13 = 0 THEN 'id' END
+              FROM generate_series(1, %(rows)s) AS g""", {"rows": rows})
+        await conn.execute("ANALYZE background_tasks")
+        generic = conn.info.server_version >= 160000
+        for name in _MULTI_ROW:
+            plans = {"bound": [r[0] for r in await (await conn.execute(
+                f"EXPLAIN {QUERIES[name]}", _PARAMS)).fetchall()]}
+            if generic:
+                plans["generic"] = [r[0] for r in await (await conn.execute(
+                    f"EXPLAIN (GENERIC_PLAN) {_generic(name)}")).fetchall()]
+            for kind, plan in plans.items():
+                problems = _locks_in_id_order(plan)
+                assert not problems, f"{name} ({kind} plan): {problems}\n" + "\n".join(plan)
+
+
 # ---------------------------------------------------------------- D6 in one clock
 
 async def test_host_clock_far_ahead_does_not_recover_a_live_task(settings, sessions, demo,

@@ -84,3 +84,34 @@ def test_counterexample_worker_needs_a_known_name():
     proc = subprocess.run([sys.executable, "-m", "labs.counterexample_worker", "nope"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "legacy-failed-listener" in proc.stderr
+
+
+def test_dispatch_faults_are_split_into_injected_and_our_own():
+    """D8: a dispatch fault while the run had that worker's Redis broken (Redis stopped:
+    every worker; a cut or a SIGSTOP: that worker only), up to the grace after it, is the
+    fault injected; any other — here a deadlock, and a fault on w2 while only w1's link
+    was cut — is a dispatcher fault of our own. Log stamps are whole local seconds."""
+    import time as _time
+
+    from labs.chaos import FAULT_GRACE_S, classify_dispatch_faults
+
+    wall0 = _time.mktime((2026, 12, 1, 10, 0, 0, 0, 0, -1))  # 10:00:00 local
+
+    def line(offset: float, what: str) -> str:
+        return _time.strftime("%H:%M:%S", _time.localtime(wall0 + offset)) + \
+            f" ERROR dispatch.fault error={what}"
+
+    logs = {
+        "w1": "\n".join([line(5.4, "QueueTimeout: redis down"),  # Redis stopped 5–6 s
+                         line(6 + FAULT_GRACE_S - 0.5, "ConnectionError: just after"),
+                         line(20.2, "TimeoutError: w1's link cut"),  # cut 20–21 s
+                         line(40.0, "DeadlockDetected: deadlock detected")]),
+        "w2": "\n".join([line(20.5, "QueueTimeout: not w2's link"),
+                         "10:00:03 INFO dispatch.tick scanned=0"]),
+    }
+    windows = [(wall0 + 5.0, wall0 + 6.0, "redis"), (wall0 + 20.0, wall0 + 21.0, "w1")]
+    injected, own = classify_dispatch_faults(logs, windows, wall0)
+    assert [x.split("error=")[1].split(":")[0] for x in injected] == [
+        "QueueTimeout", "ConnectionError", "TimeoutError"]
+    assert own == ["w1: dispatch.fault error=DeadlockDetected: deadlock detected",
+                   "w2: dispatch.fault error=QueueTimeout: not w2's link"]

@@ -35,7 +35,7 @@ def test_out_of_range_environment_values_are_refused_naming_the_variable(var, ra
 @pytest.mark.parametrize("changes", [
     {"export_batch_size": 0}, {"dispatch_batch_size": -1}, {"dispatch_tick_s": 0.0},
     {"redis_timeout_s": 0}, {"worker_concurrency": 0}, {"export_limit": 2.5},
-    {"stalled_interval_ms": True},
+    {"stalled_interval_ms": True}, {"dispatch_budget_s": -0.5},
 ])
 def test_replace_validates_too(changes):
     """Q2: tests and labs shorten timings through `replace`; it checks the same ranges."""
@@ -47,11 +47,13 @@ def test_replace_validates_too(changes):
 def test_legitimate_small_and_zero_values_are_accepted():
     """Q2: the small timings tests and labs use, and the zeros that mean something
     (`lock_renew_ms=0` never renews, `max_stalled_count=0` fails on the first stall,
-    `drain_timeout_s=0` abandons at once) stay valid."""
+    `drain_timeout_s=0` abandons at once, `dispatch_budget_s=0` is one scan per tick, D8)
+    stay valid."""
     s = Settings().replace(lock_duration_ms=1000, stalled_interval_ms=100, backoff_delay_ms=30,
                            dispatch_tick_s=0.05, export_batch_size=10, export_limit=1,
                            lock_renew_ms=0, max_stalled_count=0, drain_timeout_s=0,
-                           redispatch_age_s=0, redis_timeout_s=0.5, heartbeat_ttl_s=1.5)
+                           redispatch_age_s=0, redis_timeout_s=0.5, heartbeat_ttl_s=1.5,
+                           dispatch_budget_s=0)
     assert (s.lock_renew_ms, s.max_stalled_count) == (0, 0)
     assert Settings.from_env({"TEAMDESK_LOCK_RENEW_MS": "0"}).lock_renew_ms == 0
 
