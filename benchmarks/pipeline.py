@@ -70,6 +70,7 @@ from pathlib import Path
 import psutil
 from sqlalchemy import text
 
+from benchmarks._machine import machine_info
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from teamdesk import devservices
 from teamdesk.config import Settings
@@ -937,7 +938,8 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"  worker logs: {log_dir}")
     if args.json:
         args.json.write_text(json.dumps({
-            "benchmark": "pipeline", "tasks": args.tasks, "repeat": args.repeat,
+            "benchmark": "pipeline", **machine_info(base), "tasks": args.tasks,
+            "repeat": args.repeat,
             "workers": counts, "concurrency": args.concurrency, "cores": os.cpu_count(),
             "timings": {"pipeline": _timings(args.concurrency),
                         "one_scan": None if args.no_compare else ONE_SCAN_02},
