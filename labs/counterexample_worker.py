@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.tasks import runner
 from teamdesk.tasks.worker import is_exhausted
@@ -59,9 +60,9 @@ def legacy_failed_listener(sessions: async_sessionmaker[AsyncSession]) -> Any:
 
 
 def _with_legacy_listener(original: Any) -> Any:
-    async def create(settings: Any, sessions: async_sessionmaker[AsyncSession],
-                     **kwargs: Any) -> Any:
-        worker = await original(settings, sessions, **kwargs)
+    async def create(settings: Any, **kwargs: Any) -> Any:
+        worker = await original(settings, **kwargs)
+        sessions = session_factory(create_engine(settings.database_url))
         worker.worker.on("failed", legacy_failed_listener(sessions))
         log.warning("counterexample.installed legacy-failed-listener")
         return worker

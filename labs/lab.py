@@ -624,7 +624,7 @@ class Lab:
         # Created and started inside the lab's context: every task the worker spawns
         # (its run loop, each job) inherits it, so probes know whose crossing it is.
         worker = await asyncio.create_task(create_task_worker(
-            settings, self.sessions, actor=name, renew_lock=renew_lock, options=options,
+            settings, actor=name, renew_lock=renew_lock, options=options,
             on_event=self.recorder, start=False), context=ctx)
         worker.worker.on("active", self._active_listener(name))
         self._guard_run(name, worker)

@@ -196,17 +196,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
     # is a request to stop, not a reason to die by the default action: remember it, and
-    # the worker drains (nothing to drain yet) and exits 0.
+    # the worker drains (nothing to drain yet) and exits 0. The loop's handlers are
+    # `run_worker_process`'s; until they are in, this one also sets the loop's `stop`, so
+    # no signal falls between the two.
     early: list[int] = []
+    stop: asyncio.Event | None = None
+
+    def on_early_signal(signum: int, frame: object) -> None:
+        early.append(signum)
+        if stop is not None:
+            stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: early.append(signum))
+        signal.signal(sig, on_early_signal)
 
     async def run(settings: Settings) -> int:
+        nonlocal stop
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        if early:  # checked after the loop's handlers are in: no signal falls between
+        if early:
             stop.set()
         return await run_worker_process(settings, name=args.name, stop=stop)
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
@@ -39,9 +38,6 @@ class TaskContext:
     """What an executor needs: settings, the ledger, and a name for logs and probes."""
 
     settings: Settings
-    #: SQLAlchemy sessions on the same database: for callers' own reads (labs, tests). The
-    #: task path itself runs the named statements of `queries.sql` through `ledger`.
-    sessions: async_sessionmaker[AsyncSession] | None = None
     #: A label such as "A" or a worker name; shows in probe contexts and log lines.
     actor: str | None = None
     #: Where the task path gets its connection; `create_task_worker` passes its pool.

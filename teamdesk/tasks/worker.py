@@ -24,7 +24,6 @@ from typing import Any
 
 from bullmq import Worker
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk.config import Settings
 from teamdesk.tasks.ledger import Ledger
@@ -130,7 +129,6 @@ def _attach_listeners(worker: Worker, actor: str | None, on_event: EventHook | N
 
 async def create_task_worker(
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
     *,
     actor: str | None = None,
     renew_lock: bool = True,
@@ -145,13 +143,12 @@ async def create_task_worker(
     takeover tests; `options` overrides raw BullMQ worker options (camelCase). The task
     path runs on `ledger` (issue 11); without one, a pool of `worker_concurrency`
     connections to `settings.database_url` is opened here and closed by `close()`.
-    `sessions` is kept for callers that read through the worker's context.
     """
     owns_ledger = ledger is None
     if ledger is None:
         ledger = await Ledger.pooled(settings.database_url or "",
                                      size=max(1, settings.worker_concurrency))
-    ctx = TaskContext(settings=settings, sessions=sessions, actor=actor, ledger=ledger)
+    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger)
 
     async def processor(job: Any, token: str) -> str:
         return await process_task(job, token, ctx)
