@@ -229,7 +229,8 @@ class Lab:
         self.logs: collections.deque[str] = collections.deque(maxlen=_MAX_LOG_LINES)
         self._cleanups: list[Callable[[], Any]] = []
         self._gates: list[Gate | Fault] = []
-        self._switches: list[counterexamples.Switch] = []
+        #: The lab's counterexample switches; each worker's fence reads them (per write).
+        self._fences = counterexamples.LabFences()
         self._closing = False
         self._closed = False
         self._teardown_task: asyncio.Future[None] | None = None
@@ -394,9 +395,8 @@ class Lab:
         for g in self._gates:
             g.close()
         self._gates.clear()
-        for switch in self._switches:
+        for switch in list(self._fences.switches):
             switch.off()
-        self._switches.clear()
         workers = list(self.workers.items())
         self.workers.clear()
         if workers:
@@ -625,7 +625,8 @@ class Lab:
         # (its run loop, each job) inherits it, so probes know whose crossing it is.
         worker = await asyncio.create_task(create_task_worker(
             settings, actor=name, renew_lock=renew_lock, options=options,
-            on_event=self.recorder, start=False), context=ctx)
+            on_event=self.recorder, start=False, fence=self._fences.fence_for(name)),
+            context=ctx)
         worker.worker.on("active", self._active_listener(name))
         self._guard_run(name, worker)
         ctx.run(worker.start)
@@ -721,15 +722,14 @@ class Lab:
     def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
         """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
         "status-only-guard") for this lab's executors only, and only `actor`'s if given:
-        learners watch the bug happen without editing the product. `switch.off()` or
-        `close()` turns it off; switching the same bug on again replaces the first."""
+        learners watch the bug happen without editing the product. It reaches the lab's
+        workers through the fence each was started with (`create_task_worker(fence=...)`),
+        running or started later. `switch.off()` or `close()` turns it off; switching the
+        same bug on again replaces the first."""
         self._require_open()
-        for old in [s for s in self._switches if s.bug == bug and s.actor == actor]:
+        for old in [s for s in self._fences.switches if s.bug == bug and s.actor == actor]:
             old.off()
-            self._switches.remove(old)
-        switch = counterexamples.switch_on(bug, self, actor)
-        self._switches.append(switch)
-        return switch
+        return self._fences.switch_on(bug, actor)
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,

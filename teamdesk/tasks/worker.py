@@ -26,8 +26,10 @@ from bullmq import Worker
 from bullmq.custom_errors import UnrecoverableError
 
 from teamdesk.config import Settings
+from teamdesk.tasks.context import TaskContext
+from teamdesk.tasks.lease import Fence, leased_update
 from teamdesk.tasks.ledger import Ledger
-from teamdesk.tasks.processor import TaskContext, process_task
+from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, redis_client
 
 log = logging.getLogger("teamdesk.worker")
@@ -136,19 +138,23 @@ async def create_task_worker(
     on_event: EventHook | None = None,
     start: bool = True,
     ledger: Ledger | None = None,
+    fence: Fence = leased_update,
 ) -> TaskWorker:
     """Build (and by default start) the task worker: `process_task` + the W2 listeners.
 
     Timings come from `settings` (Q2); `renew_lock=False` makes the stuck executor of the
     takeover tests; `options` overrides raw BullMQ worker options (camelCase). The task
-    path runs on `ledger` (issue 11); without one, a pool of `worker_concurrency`
-    connections to `settings.database_url` is opened here and closed by `close()`.
+    path runs on `ledger`; without one, a pool of `worker_concurrency` connections to
+    `settings.database_url` is opened here and closed by `close()`. `fence` is the function
+    every fenced write of this worker goes through (`TaskContext.fence`, P3): the product's
+    `leased_update` unless a lab shows an old fence (`labs.counterexamples`); a lab that
+    switches fences while the worker runs passes a callable of its own that decides per call.
     """
     owns_ledger = ledger is None
     if ledger is None:
         ledger = await Ledger.pooled(settings.database_url or "",
                                      size=max(1, settings.worker_concurrency))
-    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger)
+    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger, fence=fence)
 
     async def processor(job: Any, token: str) -> str:
         return await process_task(job, token, ctx)
