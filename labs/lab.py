@@ -625,40 +625,27 @@ class Lab:
         # (its run loop, each job) inherits it, so probes know whose crossing it is.
         worker = await asyncio.create_task(create_task_worker(
             settings, actor=name, renew_lock=renew_lock, options=options,
-            on_event=self.recorder, start=False, fence=self._fences.fence_for(name)),
-            context=ctx)
+            on_event=self.recorder, start=False, fence=self._fences.fence_for(name),
+            on_run_error=self._on_run_error), context=ctx)
         worker.worker.on("active", self._active_listener(name))
-        self._guard_run(name, worker)
         ctx.run(worker.start)
         self.workers[name] = worker
         return worker
 
-    def _guard_run(self, name: str, worker: TaskWorker) -> None:
-        """Record a crash of the worker's run loop in `lab.errors` when it happens.
-
-        Unguarded, it would surface only when the finished task is garbage-collected
+    def _on_run_error(self, worker: TaskWorker, err: Exception) -> None:
+        """The `on_run_error` hook of this lab's workers: a crash of a worker's run loop goes
+        into `lab.errors` when it happens, not when the finished task is garbage-collected
         ("Task exception was never retrieved"), at a random later moment and in whatever
-        lab is open then. A crash while the worker is closing (bullmq's run loop can trip
-        over its own connection being closed during start-up) is recorded as
-        acknowledged. The wrapper sits on the bullmq `Worker` instance that
-        `TaskWorker.start()` runs; the product is unchanged."""
-        bull = worker.worker
-        run = bull.run
-
-        async def guarded_run() -> Any:
-            try:
-                return await run()
-            except Exception as err:
-                closing = bool(getattr(bull, "closing", False)) or self._closing
-                self._errors.append(LabError(
-                    self._now(), "worker run", name, None,
-                    f"the worker's run loop ended with {type(err).__name__}: {err}"
-                    + (" (while closing)" if closing else ""), acknowledged=closing))
-                self.history.add(actor=name, type="info", op="worker error",
-                                 detail=f"run loop ended: {type(err).__name__}: {err}")
-                return None
-
-        bull.run = guarded_run
+        lab is open then. A crash while the worker or the lab is closing (bullmq's run loop
+        can trip over its own connection being closed during start-up) is recorded as
+        acknowledged."""
+        closing = worker.closing or self._closing
+        self._errors.append(LabError(
+            self._now(), "worker run", worker.name, None,
+            f"the worker's run loop ended with {type(err).__name__}: {err}"
+            + (" (while closing)" if closing else ""), acknowledged=closing))
+        self.history.add(actor=worker.name, type="info", op="worker error",
+                         detail=f"run loop ended: {type(err).__name__}: {err}")
 
     def _active_listener(self, name: str) -> Callable[..., None]:
         def on_active(job: Any, *args: Any) -> None:

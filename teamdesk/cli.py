@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import secrets
 import shutil
@@ -24,11 +25,15 @@ import subprocess
 import sys
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.errors import TeamDeskError
 from teamdesk.redaction import redact, redact_text
+
+if TYPE_CHECKING:
+    from teamdesk.tasks.runner import WorkerHook
 
 
 def _settings(owner: bool = True) -> Settings:
@@ -189,7 +194,8 @@ def _configure_logging(level: str) -> None:
                         datefmt="%H:%M:%S")
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None) -> int:
+    """`teamdesk worker`; `on_worker` goes to `run_worker_process` (`runner.WorkerHook`)."""
     from redis.exceptions import RedisError
 
     from teamdesk.tasks.runner import run_worker_process
@@ -215,7 +221,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         if early:
             stop.set()
-        return await run_worker_process(settings, name=args.name, stop=stop)
+        return await run_worker_process(settings, name=args.name, stop=stop,
+                                        on_worker=on_worker)
 
     _configure_logging(args.log_level)
     settings = None
@@ -461,14 +468,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, on_worker: WorkerHook | None = None) -> int:
+    """The `teamdesk` command. `on_worker` applies to `worker` only: a hook that sees the
+    process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`); a lab's
+    entry point (`labs.counterexample_worker`) passes one, the command line never does."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "pause", False) and not sys.stdin.isatty():
         # It waits for Enter between steps: without a terminal that is an EOFError later.
         parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
+    func = args.func
+    if on_worker is not None:
+        if func is not cmd_worker:
+            parser.error("on_worker applies to the `worker` command only")
+        func = functools.partial(cmd_worker, on_worker=on_worker)
     try:
-        return args.func(args)
+        return func(args)
     except (TeamDeskError, devservices.ServiceError, ValueError) as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2

@@ -36,6 +36,9 @@ log = logging.getLogger("teamdesk.worker")
 
 #: `on_event(kind, fields)` receives every listener event (for lab histories and tests).
 EventHook = Callable[[str, dict[str, Any]], None]
+#: `on_run_error(worker, error)`: the worker's run loop (bullmq's fetch loop, not a job)
+#: ended with `error`. Called when it happens; `worker.closing` says whether it was closing.
+RunErrorHook = Callable[["TaskWorker", Exception], None]
 
 
 def is_exhausted(job: Any, err: BaseException) -> bool:
@@ -51,21 +54,41 @@ def _task_fields(job: Any) -> dict[str, Any]:
 
 
 class TaskWorker:
-    """A running BullMQ worker for the task queue, with bounded shutdown."""
+    """A running BullMQ worker for the task queue, with bounded shutdown.
+
+    `on_run_error` (see `RunErrorHook`) hears of a run loop that ended with an error at the
+    moment it ends; without it the error stays in the run task, where asyncio reports it
+    only when the task is garbage-collected ("Task exception was never retrieved")."""
 
     def __init__(self, worker: Worker, ctx: TaskContext, *,
-                 owns_ledger: bool = False) -> None:
+                 owns_ledger: bool = False, on_run_error: RunErrorHook | None = None) -> None:
         self.worker = worker
         self.ctx = ctx
+        self.on_run_error = on_run_error
         self._owns_ledger = owns_ledger
+        self._closing = False
         self._run_task: asyncio.Task | None = None
 
     @property
     def name(self) -> str | None:
         return self.ctx.actor
 
+    @property
+    def closing(self) -> bool:
+        """True once `close()` was called (or bullmq's worker is closing on its own)."""
+        return self._closing or bool(getattr(self.worker, "closing", False))
+
     def start(self) -> None:
-        self._run_task = asyncio.ensure_future(self.worker.run())
+        """Run the worker's fetch loop in a task of the current context."""
+        self._run_task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.worker.run()
+        except Exception as err:
+            if self.on_run_error is None:
+                raise
+            self.on_run_error(self, err)
 
     async def close(self, timeout: float = 5.0) -> bool:
         """Stop taking jobs and let the running one finish within `timeout`; then force.
@@ -73,6 +96,7 @@ class TaskWorker:
         Returns True if the graceful close finished in time. `worker.close()` swallows
         cancellation, so it runs as its own task and we stop waiting instead of cancelling.
         """
+        self._closing = True
         graceful = asyncio.ensure_future(self.worker.close())
         done, _ = await asyncio.wait({graceful}, timeout=timeout)
         if not done:
@@ -139,6 +163,7 @@ async def create_task_worker(
     start: bool = True,
     ledger: Ledger | None = None,
     fence: Fence = leased_update,
+    on_run_error: RunErrorHook | None = None,
 ) -> TaskWorker:
     """Build (and by default start) the task worker: `process_task` + the W2 listeners.
 
@@ -149,6 +174,7 @@ async def create_task_worker(
     every fenced write of this worker goes through (`TaskContext.fence`, P3): the product's
     `leased_update` unless a lab shows an old fence (`labs.counterexamples`); a lab that
     switches fences while the worker runs passes a callable of its own that decides per call.
+    `on_run_error` hears of a crash of the worker's run loop when it happens (`TaskWorker`).
     """
     owns_ledger = ledger is None
     if ledger is None:
@@ -188,7 +214,7 @@ async def create_task_worker(
         if owns_ledger:
             await ledger.close()
         raise
-    task_worker = TaskWorker(worker, ctx, owns_ledger=owns_ledger)
+    task_worker = TaskWorker(worker, ctx, owns_ledger=owns_ledger, on_run_error=on_run_error)
     if start:
         task_worker.start()
     return task_worker
