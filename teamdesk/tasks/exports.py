@@ -106,7 +106,7 @@ async def authorize_and_start(ctx: TaskContext, conn: psycopg.AsyncConnection, t
                               ) -> tuple[dict[str, Any], dict[str, Any], int, list[Any]]:
     """Valid filters, owner still a member, staff if team-wide, within the limit; else
     `TaskRejected` (P8). The owner's role, the count and the first batch come back in one
-    round trip (`export_start`, issue 11), and the count is taken once per run; the batch
+    round trip (`export_start`), and the count is taken once per run; the batch
     is used only once the check passed. Returns (filters, statement parameters, matching
     tickets, first batch)."""
     filters, params = _validated(task)

@@ -40,7 +40,7 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
     """P10 on the run's connection; `task` is the row the claim returned."""
     async with contextlib.AsyncExitStack() as transaction:
         # BEGIN, the team lock and the ticket read leave in one round trip (psycopg's
-        # pipeline mode, issue 11) and still run one after the other on the server: the
+        # pipeline mode) and still run one after the other on the server: the
         # read's snapshot is taken after the lock is granted, so it sees the ticket as the
         # previous lock holder committed it. The transaction outlives the pipeline block:
         # a plain `AsyncTransaction` (`conn.transaction()` would keep the connection in
