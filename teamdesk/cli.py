@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     from teamdesk.tasks.runner import WorkerHook
 
 
+def _release_claim(held_before: bool) -> None:
+    """End the owner claim a command made on the embedded services — not one this process
+    held before the command ran (a program that calls `main` in-process keeps its own)."""
+    if not held_before:
+        devservices.release_owner()
+
+
 def _settings(owner: bool = True) -> Settings:
     """Resolved settings; with the embedded default this process becomes an owner."""
     return devservices.resolve_settings(owner_pid=os.getpid() if owner else None)
@@ -226,6 +233,7 @@ def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None)
 
     _configure_logging(args.log_level)
     settings = None
+    held = devservices.registered_owner()
     try:
         settings = _settings()
         changes: dict[str, object] = {}
@@ -247,18 +255,19 @@ def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None)
               f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
         return 2
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from teamdesk.demo import run_race_demo
 
     _configure_logging("warning")
+    held = devservices.registered_owner()
     settings = _settings()
     try:
         return asyncio.run(run_race_demo(settings, pause=args.pause))
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 # ---------------------------------------------------------------- lab
@@ -312,6 +321,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     from teamdesk.db.migrate import upgrade
 
     print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
+    held = devservices.registered_owner()
     settings = _settings()
     upgrade(settings.database_url)
     print(asyncio.run(_seed(settings, "acme", 300, 23)))
@@ -352,7 +362,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
             proc.kill()
         return 0
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 # ---------------------------------------------------------------- rules
