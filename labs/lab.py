@@ -40,7 +40,9 @@ is closing (an executor released by the close itself, a connection closed under 
 worker) are recorded but acknowledged automatically.
 
 The lab holds no product logic: it calls `teamdesk` services, the queue, the dispatcher
-and the worker factory exactly as the product does, and observes through probes.
+and the worker factory exactly as the product does, and observes through probes. What it
+varies goes through the factory's seams, never a patch: each worker gets the lab's fence
+(`fence=`, the counterexamples' switches, P3) and its run hook (`on_run_error=`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """`create_task_worker`: the one place that builds the BullMQ worker (W1, W2).
 
 Tests, labs and the worker process all call it, so they run the same processor with the
-same listeners. The listeners only log (W2): the `failed` event carries no execution id,
-and `task_id + run` is not a lease, so a listener that wrote the ledger could fail a newer
+same listeners. What a caller may vary is a parameter, never a patch: the ledger
+(`ledger=`), the fence every fenced write goes through (`fence=`, P3), a listener of events
+(`on_event=`) and of a crashed run loop (`on_run_error=`).
+
+The listeners only log (W2): the `failed` event carries no execution id, and
+`task_id + run` is not a lease, so a listener that wrote the ledger could fail a newer
 execution (ch. 26 §7). Terminal states come from the processor's fenced error write and
 the dispatcher's reconciliation (W3).
 
