@@ -649,7 +649,7 @@ async def profile_worker(base: Settings, n: int) -> None:
         await _prepare(world, n)
         # As `teamdesk worker` does: one pool for the worker and the tick.
         ledger = await Ledger.pooled(settings.database_url, size=2)
-        worker = await create_task_worker(settings, world.sessions, actor="profiled",
+        worker = await create_task_worker(settings, actor="profiled",
                                           ledger=ledger)
         ticks = DispatchLoop(world.sessions, queue, settings, ledger=ledger)
         ticks.start()
@@ -724,7 +724,7 @@ async def call_costs(base: Settings, calls: int = 300) -> None:
     try:
         await _prepare(world, 2 * calls + 80)
         await _insert_tasks(world, 2 * calls + 80)
-        ctx = TaskContext(settings=world.settings, sessions=world.sessions, actor="cost",
+        ctx = TaskContext(settings=world.settings, actor="cost",
                           ledger=ledger)
         async with world.sessions() as s:
             rows = (await s.execute(select(BackgroundTask.id, BackgroundTask.type)

@@ -17,11 +17,9 @@ import contextvars
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from teamdesk import probes
-
-T = TypeVar("T")
 
 #: Loggers whose INFO records the histories read (`task.lease_lost`, `task.error`, …).
 LOGGER = "teamdesk"
@@ -48,18 +46,6 @@ SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("teamdesk_l
 def current() -> Scope | None:
     """The lab scope of the running code, or None."""
     return SCOPE.get()
-
-
-def run_in_scope(scope: Scope, fn: Callable[[], T]) -> T:
-    """Call `fn()` in a copy of the current context where `SCOPE` is `scope`; tasks that
-    `fn` creates (a worker's run loop) inherit it for good."""
-    ctx = contextvars.copy_context()
-
-    def call() -> T:
-        SCOPE.set(scope)
-        return fn()
-
-    return ctx.run(call)
 
 
 class _LogHandler(logging.Handler):

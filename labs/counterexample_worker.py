@@ -2,9 +2,10 @@
 
     python -m labs.counterexample_worker legacy-failed-listener worker --name w1 ...
 
-The product is not changed: this entry point wraps the product's `create_task_worker` as
-the worker process looks it up (`teamdesk.tasks.runner`), adds the counterexample, then
-runs the ordinary `teamdesk` command line with the remaining arguments. Only processes
+The product is not changed, and none of its names is rebound: this entry point runs the
+ordinary `teamdesk` command line with the remaining arguments and passes it a worker hook
+(`teamdesk.cli.main(argv, on_worker=...)` → `run_worker_process`, W1's worker), which adds
+the counterexample to the process's task worker before it takes a job. Only processes
 started this way (by `labs.chaos` with `ChaosConfig(counterexample=...)`) carry it.
 
 `legacy-failed-listener` — the old `failed` callback that ch. 26 §7 retired (contract W2):
@@ -21,18 +22,21 @@ import logging
 import sys
 from typing import Any
 
-from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from teamdesk.db.models import BackgroundTask, TaskStatus
-from teamdesk.tasks import runner
-from teamdesk.tasks.worker import is_exhausted
+from teamdesk.tasks.ledger import Ledger
+from teamdesk.tasks.worker import TaskWorker, is_exhausted
 
 log = logging.getLogger("labs.counterexample")
 
+# The retired write: by task id + run, no lease, the error's own text.
+_LEGACY_FAILED = ("UPDATE background_tasks SET status = 'FAILED', execution_id = NULL, "
+                  "last_error = %(last_error)s "
+                  "WHERE id = %(task_id)s AND run = %(run)s AND status <> 'COMPLETED'")
 
-def legacy_failed_listener(sessions: async_sessionmaker[AsyncSession]) -> Any:
-    """The retired listener: on exhaustion, FAILED by task id + run (no lease, raw text)."""
+
+def legacy_failed_listener(ledger: Ledger) -> Any:
+    """The retired listener: on exhaustion, FAILED by task id + run (no lease, raw text).
+    It writes on a connection of its own (`ledger.fresh_connection`), outside the pool the
+    worker's jobs use."""
     pending: set[asyncio.Future] = set()
 
     def on_failed(job: Any, err: BaseException) -> None:
@@ -41,13 +45,10 @@ def legacy_failed_listener(sessions: async_sessionmaker[AsyncSession]) -> Any:
         data = job.data if isinstance(job.data, dict) else {}
 
         async def write() -> None:
-            async with sessions() as s, s.begin():
-                result = await s.execute(update(BackgroundTask).where(
-                    BackgroundTask.id == data.get("taskId"),
-                    BackgroundTask.run == data.get("run"),
-                    BackgroundTask.status != TaskStatus.COMPLETED,
-                ).values(status=TaskStatus.FAILED, execution_id=None,
-                         last_error=f"{type(err).__name__}: {err}"[:500]))
+            async with ledger.fresh_connection() as conn:
+                result = await conn.execute(_LEGACY_FAILED, {
+                    "task_id": data.get("taskId"), "run": data.get("run"),
+                    "last_error": f"{type(err).__name__}: {err}"[:500]})
             log.warning("counterexample.legacy_failed_write task_id=%s run=%s rows=%s",
                         data.get("taskId"), data.get("run"), result.rowcount)
 
@@ -58,18 +59,15 @@ def legacy_failed_listener(sessions: async_sessionmaker[AsyncSession]) -> Any:
     return on_failed
 
 
-def _with_legacy_listener(original: Any) -> Any:
-    async def create(settings: Any, sessions: async_sessionmaker[AsyncSession],
-                     **kwargs: Any) -> Any:
-        worker = await original(settings, sessions, **kwargs)
-        worker.worker.on("failed", legacy_failed_listener(sessions))
-        log.warning("counterexample.installed legacy-failed-listener")
-        return worker
-
-    return create
+def add_legacy_listener(worker: TaskWorker) -> None:
+    """A `teamdesk.tasks.runner.WorkerHook`: the retired listener beside the W2 ones."""
+    assert worker.ctx.ledger is not None
+    worker.worker.on("failed", legacy_failed_listener(worker.ctx.ledger))
+    log.warning("counterexample.installed legacy-failed-listener")
 
 
-COUNTEREXAMPLES = {"legacy-failed-listener": _with_legacy_listener}
+#: name → the worker hook that switches it on.
+COUNTEREXAMPLES = {"legacy-failed-listener": add_legacy_listener}
 
 
 def main(argv: list[str]) -> int:
@@ -77,10 +75,9 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m labs.counterexample_worker {{{','.join(COUNTEREXAMPLES)}}} "
               "worker [teamdesk worker options]", file=sys.stderr)
         return 2
-    runner.create_task_worker = COUNTEREXAMPLES[argv[0]](runner.create_task_worker)
     from teamdesk.cli import main as teamdesk_main
 
-    return teamdesk_main(argv[1:])
+    return teamdesk_main(argv[1:], on_worker=COUNTEREXAMPLES[argv[0]])
 
 
 if __name__ == "__main__":

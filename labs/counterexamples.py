@@ -1,4 +1,4 @@
-"""Old fences, switched on for one lab's executors only (ch. 26 §4, §5; issue 14).
+"""Old fences, switched on for one lab's executors only (ch. 26 §4, §5).
 
     bug = lab.counterexample("forgot-row-count", actor="A")   # A runs the old code
     ...                                                        # watch the bug happen
@@ -12,24 +12,25 @@
   'RUNNING'`, without `execution_id`. Any executor of the run passes while *somebody* is
   RUNNING (breaks P3, P5).
 
-The product is not changed. Every fenced write goes through `teamdesk.tasks.lease.
-leased_update` (P3), which the executor modules import by name. While a switch is on, those
-names point at a wrapper that applies the old fence only to code running in the switching
-lab's scope (`labs._scope`) and, if given, as that actor; everyone else — other labs, other
-actors, tests — gets the product's function unchanged. The last switch turned off puts the
-product's function back.
+The product is not changed, and none of its names is rebound. Every fenced write goes
+through the fence of the executor's context (`TaskContext.fence`, P3), which
+`create_task_worker(..., fence=...)` sets. A lab gives each of its workers a `LabFence`
+there: a callable the lab keeps, holding the lab's switches. On each call it applies the
+first switch that is on for that worker's actor, else the product's `leased_update`. So a
+switch turned on or off reaches a worker that is already running, and only the lab's own
+workers ever see it; other labs, other actors and tests keep the product's fence.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
-from labs import _scope
-from teamdesk.tasks import exports, lease, processor, reminders
+from teamdesk.tasks.lease import Lease, LeaseLost, leased_update
 
 log = logging.getLogger("teamdesk.counterexample")
 
@@ -39,10 +40,6 @@ BUGS = {
     "status-only-guard": "the fence checks id, run and RUNNING, not execution_id (breaks P3, P5)",
 }
 
-#: Modules that bound `leased_update` by name, besides `lease` itself.
-_USERS = (lease, processor, exports, reminders)
-_PRODUCT = lease.leased_update
-
 # The status-only guard finds whoever holds the run now and writes under that lease:
 # the same rows a `WHERE id AND run AND status = 'RUNNING'` UPDATE would change.
 _HOLDER = ("SELECT execution_id FROM background_tasks "
@@ -51,27 +48,23 @@ _HOLDER = ("SELECT execution_id FROM background_tasks "
 
 @dataclass(eq=False)
 class Switch:
-    """One counterexample, on for one lab (the `sink` of its scope) and maybe one actor."""
+    """One counterexample, on for one lab's workers (its `LabFences`) and maybe one actor."""
 
     bug: str
-    sink: Any
+    board: LabFences
     actor: str | None = None
     #: What it changed: one line per write it let through or redirected.
     effects: list[str] = field(default_factory=list)
     on: bool = True
 
-    def applies(self) -> bool:
-        scope = _scope.current()
-        return (self.on and scope is not None and scope.sink is self.sink
-                and (self.actor is None or scope.actor == self.actor))
+    def applies(self, actor: str | None) -> bool:
+        return self.on and (self.actor is None or self.actor == actor)
 
     def off(self) -> None:
-        """Back to the product's fence for this lab; idempotent."""
+        """Back to the product's fence for this lab's workers; idempotent."""
         if self.on:
             self.on = False
-            _SWITCHES.remove(self)
-            if not _SWITCHES:
-                _install(_PRODUCT)
+            self.board.switches.remove(self)
 
     def __repr__(self) -> str:
         who = f" for {self.actor}" if self.actor else ""
@@ -79,43 +72,73 @@ class Switch:
         return f"<counterexample {self.bug}{who}: {state}, {len(self.effects)} write(s) changed>"
 
 
-_SWITCHES: list[Switch] = []
+class LabFences:
+    """The switches of one lab, and the fence it passes to each of its workers."""
+
+    def __init__(self) -> None:
+        #: The switches that are on, oldest first; the first that applies is used.
+        self.switches: list[Switch] = []
+
+    def switch_on(self, bug: str, actor: str | None = None) -> Switch:
+        """Turn `bug` on for this lab's workers (and only `actor`'s, if given)."""
+        if bug not in BUGS:
+            raise ValueError(f"unknown counterexample {bug!r}; choose one of {', '.join(BUGS)}")
+        switch = Switch(bug, self, actor)
+        self.switches.append(switch)
+        return switch
+
+    def fence_for(self, actor: str | None) -> LabFence:
+        """The `fence=` of the worker named `actor` (`create_task_worker`)."""
+        return LabFence(self, actor)
+
+    def active(self, actor: str | None) -> Switch | None:
+        return next((s for s in self.switches if s.applies(actor)), None)
 
 
-def _install(fn: Any) -> None:
-    for module in _USERS:
-        module.leased_update = fn
+@dataclass(frozen=True)
+class LabFence:
+    """A `teamdesk.tasks.lease.Fence` for one worker of a lab: the product's
+    `leased_update`, or the old fence of the first switch on for this actor, decided per
+    write."""
+
+    board: LabFences
+    actor: str | None
+
+    async def __call__(self, conn: Any, held: Lease, statement: str | None = None, *,
+                       during: str = "write", **values: Any) -> None:
+        switch = self.board.active(self.actor)
+        if switch is None:
+            return await leased_update(conn, held, statement, during=during, **values)
+        return await OLD_FENCES[switch.bug](switch, conn, held, statement, during=during,
+                                            **values)
 
 
-async def _old_fence(conn: Any, held: lease.Lease, statement: str | None = None, *,
-                     during: str = "write", **values: Any) -> None:
-    switch = next((s for s in _SWITCHES if s.applies()), None)
-    if switch is None:
-        return await _PRODUCT(conn, held, statement, during=during, **values)
-    if switch.bug == "status-only-guard" and isinstance(conn, psycopg.AsyncConnection):
-        cur = await conn.execute(_HOLDER, {"task_id": held.task_id, "run": held.run})
-        holder = await cur.fetchone()
-        if holder is not None and holder[0] != held.execution_id:
-            switch.effects.append(f"{during}: written under {holder[0][:8]}'s lease, "
-                                  f"not {held.execution_id[:8]}")
-            held = lease.Lease(held.task_id, held.run, holder[0])
-        return await _PRODUCT(conn, held, statement, during=during, **values)
+async def _forgot_row_count(switch: Switch, conn: Any, held: Lease, statement: str | None,
+                            *, during: str, **values: Any) -> None:
     try:
-        await _PRODUCT(conn, held, statement, during=during, **values)
-    except lease.LeaseLost:
-        if switch.bug != "forgot-row-count":
-            raise
+        await leased_update(conn, held, statement, during=during, **values)
+    except LeaseLost:
         # The bug: the row count is not looked at, so nothing stops the caller.
         switch.effects.append(f"{during}: 0 rows matched, carried on")
         log.warning("counterexample.row_count_ignored task_id=%s execution_id=%s during=%s",
                     held.task_id, held.execution_id, during)
 
 
-def switch_on(bug: str, sink: Any, actor: str | None = None) -> Switch:
-    """Turn `bug` on for the lab `sink` (and `actor`); see the module docstring."""
-    if bug not in BUGS:
-        raise ValueError(f"unknown counterexample {bug!r}; choose one of {', '.join(BUGS)}")
-    switch = Switch(bug, sink, actor)
-    _SWITCHES.append(switch)
-    _install(_old_fence)
-    return switch
+async def _status_only_guard(switch: Switch, conn: Any, held: Lease, statement: str | None,
+                             *, during: str, **values: Any) -> None:
+    if isinstance(conn, psycopg.AsyncConnection):
+        cur = await conn.execute(_HOLDER, {"task_id": held.task_id, "run": held.run})
+        holder = await cur.fetchone()
+        if holder is not None and holder[0] != held.execution_id:
+            switch.effects.append(f"{during}: written under {holder[0][:8]}'s lease, "
+                                  f"not {held.execution_id[:8]}")
+            held = Lease(held.task_id, held.run, holder[0])
+    await leased_update(conn, held, statement, during=during, **values)
+
+
+#: bug → the old fence it runs instead of the product's (same arguments, plus the switch
+#: that records what it changed).
+OLD_FENCES: dict[str, Callable[..., Awaitable[None]]] = {
+    "forgot-row-count": _forgot_row_count,
+    "status-only-guard": _status_only_guard,
+}

@@ -40,7 +40,9 @@ is closing (an executor released by the close itself, a connection closed under 
 worker) are recorded but acknowledged automatically.
 
 The lab holds no product logic: it calls `teamdesk` services, the queue, the dispatcher
-and the worker factory exactly as the product does, and observes through probes.
+and the worker factory exactly as the product does, and observes through probes. What it
+varies goes through the factory's seams, never a patch: each worker gets the lab's fence
+(`fence=`, the counterexamples' switches, P3) and its run hook (`on_run_error=`).
 """
 
 from __future__ import annotations
@@ -229,7 +231,8 @@ class Lab:
         self.logs: collections.deque[str] = collections.deque(maxlen=_MAX_LOG_LINES)
         self._cleanups: list[Callable[[], Any]] = []
         self._gates: list[Gate | Fault] = []
-        self._switches: list[counterexamples.Switch] = []
+        #: The lab's counterexample switches; each worker's fence reads them (per write).
+        self._fences = counterexamples.LabFences()
         self._closing = False
         self._closed = False
         self._teardown_task: asyncio.Future[None] | None = None
@@ -394,9 +397,8 @@ class Lab:
         for g in self._gates:
             g.close()
         self._gates.clear()
-        for switch in self._switches:
+        for switch in list(self._fences.switches):
             switch.off()
-        self._switches.clear()
         workers = list(self.workers.items())
         self.workers.clear()
         if workers:
@@ -624,40 +626,28 @@ class Lab:
         # Created and started inside the lab's context: every task the worker spawns
         # (its run loop, each job) inherits it, so probes know whose crossing it is.
         worker = await asyncio.create_task(create_task_worker(
-            settings, self.sessions, actor=name, renew_lock=renew_lock, options=options,
-            on_event=self.recorder, start=False), context=ctx)
+            settings, actor=name, renew_lock=renew_lock, options=options,
+            on_event=self.recorder, start=False, fence=self._fences.fence_for(name),
+            on_run_error=self._on_run_error), context=ctx)
         worker.worker.on("active", self._active_listener(name))
-        self._guard_run(name, worker)
         ctx.run(worker.start)
         self.workers[name] = worker
         return worker
 
-    def _guard_run(self, name: str, worker: TaskWorker) -> None:
-        """Record a crash of the worker's run loop in `lab.errors` when it happens.
-
-        Unguarded, it would surface only when the finished task is garbage-collected
+    def _on_run_error(self, worker: TaskWorker, err: Exception) -> None:
+        """The `on_run_error` hook of this lab's workers: a crash of a worker's run loop goes
+        into `lab.errors` when it happens, not when the finished task is garbage-collected
         ("Task exception was never retrieved"), at a random later moment and in whatever
-        lab is open then. A crash while the worker is closing (bullmq's run loop can trip
-        over its own connection being closed during start-up) is recorded as
-        acknowledged. The wrapper sits on the bullmq `Worker` instance that
-        `TaskWorker.start()` runs; the product is unchanged."""
-        bull = worker.worker
-        run = bull.run
-
-        async def guarded_run() -> Any:
-            try:
-                return await run()
-            except Exception as err:
-                closing = bool(getattr(bull, "closing", False)) or self._closing
-                self._errors.append(LabError(
-                    self._now(), "worker run", name, None,
-                    f"the worker's run loop ended with {type(err).__name__}: {err}"
-                    + (" (while closing)" if closing else ""), acknowledged=closing))
-                self.history.add(actor=name, type="info", op="worker error",
-                                 detail=f"run loop ended: {type(err).__name__}: {err}")
-                return None
-
-        bull.run = guarded_run
+        lab is open then. A crash while the worker or the lab is closing (bullmq's run loop
+        can trip over its own connection being closed during start-up) is recorded as
+        acknowledged."""
+        closing = worker.closing or self._closing
+        self._errors.append(LabError(
+            self._now(), "worker run", worker.name, None,
+            f"the worker's run loop ended with {type(err).__name__}: {err}"
+            + (" (while closing)" if closing else ""), acknowledged=closing))
+        self.history.add(actor=worker.name, type="info", op="worker error",
+                         detail=f"run loop ended: {type(err).__name__}: {err}")
 
     def _active_listener(self, name: str) -> Callable[..., None]:
         def on_active(job: Any, *args: Any) -> None:
@@ -721,15 +711,14 @@ class Lab:
     def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
         """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
         "status-only-guard") for this lab's executors only, and only `actor`'s if given:
-        learners watch the bug happen without editing the product. `switch.off()` or
-        `close()` turns it off; switching the same bug on again replaces the first."""
+        learners watch the bug happen without editing the product. It reaches the lab's
+        workers through the fence each was started with (`create_task_worker(fence=...)`),
+        running or started later. `switch.off()` or `close()` turns it off; switching the
+        same bug on again replaces the first."""
         self._require_open()
-        for old in [s for s in self._switches if s.bug == bug and s.actor == actor]:
+        for old in [s for s in self._fences.switches if s.bug == bug and s.actor == actor]:
             old.off()
-            self._switches.remove(old)
-        switch = counterexamples.switch_on(bug, self, actor)
-        self._switches.append(switch)
-        return switch
+        return self._fences.switch_on(bug, actor)
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import secrets
 import shutil
@@ -24,11 +25,22 @@ import subprocess
 import sys
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.errors import TeamDeskError
 from teamdesk.redaction import redact, redact_text
+
+if TYPE_CHECKING:
+    from teamdesk.tasks.runner import WorkerHook
+
+
+def _release_claim(held_before: bool) -> None:
+    """End the owner claim a command made on the embedded services — not one this process
+    held before the command ran (a program that calls `main` in-process keeps its own)."""
+    if not held_before:
+        devservices.release_owner()
 
 
 def _settings(owner: bool = True) -> Settings:
@@ -189,29 +201,39 @@ def _configure_logging(level: str) -> None:
                         datefmt="%H:%M:%S")
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None) -> int:
+    """`teamdesk worker`; `on_worker` goes to `run_worker_process` (`runner.WorkerHook`)."""
     from redis.exceptions import RedisError
 
     from teamdesk.tasks.runner import run_worker_process
 
     # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
     # is a request to stop, not a reason to die by the default action: remember it, and
-    # the worker drains (nothing to drain yet) and exits 0.
+    # the worker drains (nothing to drain yet) and exits 0. The loop's handlers are
+    # `run_worker_process`'s; until they are in, this one also sets the loop's `stop`, so
+    # no signal falls between the two.
     early: list[int] = []
+    stop: asyncio.Event | None = None
+
+    def on_early_signal(signum: int, frame: object) -> None:
+        early.append(signum)
+        if stop is not None:
+            stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: early.append(signum))
+        signal.signal(sig, on_early_signal)
 
     async def run(settings: Settings) -> int:
+        nonlocal stop
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        if early:  # checked after the loop's handlers are in: no signal falls between
+        if early:
             stop.set()
-        return await run_worker_process(settings, name=args.name, stop=stop)
+        return await run_worker_process(settings, name=args.name, stop=stop,
+                                        on_worker=on_worker)
 
     _configure_logging(args.log_level)
     settings = None
+    held = devservices.registered_owner()
     try:
         settings = _settings()
         changes: dict[str, object] = {}
@@ -233,18 +255,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
               f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
         return 2
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from teamdesk.demo import run_race_demo
 
     _configure_logging("warning")
+    held = devservices.registered_owner()
     settings = _settings()
     try:
         return asyncio.run(run_race_demo(settings, pause=args.pause))
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 # ---------------------------------------------------------------- lab
@@ -298,6 +321,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     from teamdesk.db.migrate import upgrade
 
     print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
+    held = devservices.registered_owner()
     settings = _settings()
     upgrade(settings.database_url)
     print(asyncio.run(_seed(settings, "acme", 300, 23)))
@@ -338,7 +362,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
             proc.kill()
         return 0
     finally:
-        devservices.release_owner()
+        _release_claim(held)
 
 
 # ---------------------------------------------------------------- rules
@@ -454,14 +478,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, on_worker: WorkerHook | None = None) -> int:
+    """The `teamdesk` command. `on_worker` applies to `worker` only: a hook that sees the
+    process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`); a lab's
+    entry point (`labs.counterexample_worker`) passes one, the command line never does."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "pause", False) and not sys.stdin.isatty():
         # It waits for Enter between steps: without a terminal that is an EOFError later.
         parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
+    func = args.func
+    if on_worker is not None:
+        if func is not cmd_worker:
+            parser.error("on_worker applies to the `worker` command only")
+        func = functools.partial(cmd_worker, on_worker=on_worker)
     try:
-        return args.func(args)
+        return func(args)
     except (TeamDeskError, devservices.ServiceError, ValueError) as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2

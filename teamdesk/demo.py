@@ -129,13 +129,13 @@ async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
         await step(2, f"the dispatcher adds job {task_job_id(task.id, 0)} and notes "
                       "dispatched_at", task.id)
         workers.append(await create_task_worker(
-            world.replace(lock_duration_ms=1000, stalled_interval_ms=60_000), sessions,
+            world.replace(lock_duration_ms=1000, stalled_interval_ms=60_000),
             actor="A", renew_lock=False, on_event=on_event))
         a = await signals.wait("a_paused")
         await step(3, f"executor A claims lease E1={a['execution_id'][:8]} and is paused after "
                       "reading (lock 1 s, renewal off)", task.id)
         workers.append(await create_task_worker(
-            world.replace(stalled_interval_ms=100), sessions, actor="B", on_event=on_event))
+            world.replace(stalled_interval_ms=100), actor="B", on_event=on_event))
         await signals.wait("stalled")
         b = await signals.wait("b_claimed")
         await step(4, f"A's lock expired; B's stall check moved the job back (real 'stalled' "

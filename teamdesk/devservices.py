@@ -267,6 +267,11 @@ def _register_owner(root: Path, pid: int) -> None:
     _registered[pid] = root
 
 
+def registered_owner(pid: int | None = None) -> bool:
+    """Whether this process registered `pid` (default: itself) as an owner."""
+    return (pid or os.getpid()) in _registered
+
+
 def release_owner(pid: int | None = None) -> None:
     """Drop `pid` (default: this process) from the owners, if this process registered it;
     the watchdog does the rest. Nothing registered → nothing touched."""

@@ -17,6 +17,8 @@ class RejectReason(enum.StrEnum):
     ACCESS_LOST = "access_lost"
     #: The filters now match more tickets than the export limit.
     TOO_LARGE = "too_large"
+    #: The task's type has no executor (`processor.EXECUTORS`) in this worker.
+    UNKNOWN_TYPE = "unknown_type"
 
 
 _REJECT_TEXT = {
@@ -26,12 +28,15 @@ _REJECT_TEXT = {
                               "Retrying will not help.",
     RejectReason.TOO_LARGE: "Rejected: the export matches more tickets than the export limit. "
                             "Create a new, narrower export.",
+    RejectReason.UNKNOWN_TYPE: "Rejected: this kind of task has no executor in this worker. "
+                               "Retrying will not help.",
 }
 
 
 class TaskRejected(Exception):
     """A condition that waiting will not fix: permission change, invalid filters, export
-    over the limit (P8). The processor writes FAILED and ends the job for good."""
+    over the limit, a task type with no executor (P8). The processor writes FAILED and ends
+    the job for good."""
 
     def __init__(self, reason: RejectReason, detail: str = "") -> None:
         super().__init__(f"{reason.value}: {detail}" if detail else reason.value)

@@ -2,7 +2,8 @@
 
 Reads the matching tickets in batches, writing progress per batch — ledger first, then the
 queue (P4) — re-checks authorization before the final write, and stores the CSV for 24 h
-with a one-line summary through one lease-conditioned UPDATE (P5).
+with a one-line summary through one lease-conditioned UPDATE (P5). Both fenced writes go
+through `ctx.fence` (P3).
 """
 
 from __future__ import annotations
@@ -10,20 +11,18 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import psycopg
 
 from teamdesk import probes
 from teamdesk.db.models import Role
 from teamdesk.errors import InvalidFilters
 from teamdesk.services.exports import validate_filters
+from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.errors import RejectReason, TaskRejected
-from teamdesk.tasks.lease import Lease, leased_update
+from teamdesk.tasks.lease import Lease
 from teamdesk.tasks.ledger import fetch_all, fetch_one
-
-if TYPE_CHECKING:
-    import psycopg
-
-    from teamdesk.tasks.processor import TaskContext
 
 CSV_COLUMNS = ("id", "title", "status", "priority", "creator_id", "assignee_id", "due_at",
                "created_at")
@@ -107,7 +106,7 @@ async def authorize_and_start(ctx: TaskContext, conn: psycopg.AsyncConnection, t
                               ) -> tuple[dict[str, Any], dict[str, Any], int, list[Any]]:
     """Valid filters, owner still a member, staff if team-wide, within the limit; else
     `TaskRejected` (P8). The owner's role, the count and the first batch come back in one
-    round trip (`export_start`, issue 11), and the count is taken once per run; the batch
+    round trip (`export_start`), and the count is taken once per run; the batch
     is used only once the check passed. Returns (filters, statement parameters, matching
     tickets, first batch)."""
     filters, params = _validated(task)
@@ -137,7 +136,7 @@ async def run_export(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, 
         await probes.announce("export.after_read", **ctx_args)
         progress = min(99, int(len(rows) * 100 / max(total, 1)))
         # P4: ledger first (also advances updated_at, D6), then the queue.
-        await leased_update(conn, lease, "progress", during="progress", progress=progress)
+        await ctx.fence(conn, lease, "progress", during="progress", progress=progress)
         await job.updateProgress(progress)
         await probes.announce("export.after_progress", **ctx_args)
         if len(batch) < batch_size:
@@ -153,9 +152,9 @@ async def run_export(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any, 
     summary = f"{len(rows)} tickets exported" + (
         f" (filters: {', '.join(f'{k}={v}' for k, v in sorted(filters.items()))})"
         if filters else " (all tickets in scope)")
-    await leased_update(conn, lease, "export_result", during="result",
-                        result_csv=to_csv(rows), result_summary=summary,
-                        ttl_s=float(ctx.settings.result_ttl_s))  # P5
+    await ctx.fence(conn, lease, "export_result", during="result",
+                    result_csv=to_csv(rows), result_summary=summary,
+                    ttl_s=float(ctx.settings.result_ttl_s))  # P5
     await probes.announce("export.after_result", task_id=lease.task_id, run=lease.run,
                           execution_id=lease.execution_id, actor=ctx.actor)
     await job.updateProgress(100)  # only after the result is committed (P5, P9)

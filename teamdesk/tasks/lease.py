@@ -5,13 +5,18 @@ UPDATE … WHERE lease AND status = RUNNING (the fenced statements of `queries.s
 goes through `leased_update` here, so a reader who knows the book finds every fenced write
 in one place. Zero rows matched means a newer executor (or a recovery scan) took the task:
 `LeaseLost`.
+
+Executors and the processor reach it as `ctx.fence` (`teamdesk.tasks.context`), which is
+`leased_update` unless whoever built the context passed another `Fence` — a lab's old
+fence (`labs.counterexamples`), shown beside the right one. The product never does.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -58,6 +63,13 @@ class Lease:
     def params(self) -> dict[str, Any]:
         """The fencing parameters: `id, run, execution_id` (the statement adds RUNNING)."""
         return {"task_id": self.task_id, "run": self.run, "execution_id": self.execution_id}
+
+
+class Fence(Protocol):
+    """The shape of `leased_update`: what `TaskContext.fence` holds (P3)."""
+
+    def __call__(self, conn: Any, lease: Lease, statement: str | None = None, *,
+                 during: str = "write", **values: Any) -> Awaitable[None]: ...
 
 
 async def claim(conn: psycopg.AsyncConnection, task_id: str, run: int,

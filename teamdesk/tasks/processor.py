@@ -1,13 +1,14 @@
 """`process_task`: the BullMQ processor with the lease discipline of ch. 26 (P1–P9).
 
     claim a fresh lease, returning the claimed row (P2) → if it matched nothing, a cheap
-    read says why: old run or COMPLETED is skipped (P1) → run the executor, every write
-    fenced by the lease (P3–P5, P10) → on LeaseLost return quietly (P6) → on other errors
-    report with the lease, then re-raise so BullMQ decides (P7, P8, P9).
+    read says why: old run or COMPLETED is skipped (P1) → run the executor `EXECUTORS`
+    names for the task's type, every write through `ctx.fence` (P3–P5, P10) → on
+    LeaseLost return quietly (P6) → on other errors report with the lease, then re-raise
+    so BullMQ decides (P7, P8, P9).
 
 The claim's `id, run, status IN (WAITING, RUNNING)` condition already excludes old runs
 and finished tasks, so claiming first and reading only on a miss is P1 in one round trip
-on the common path. One connection from `ctx.ledger` serves the whole run (issue 11).
+on the common path. One connection from `ctx.ledger` serves the whole run.
 
 Returning normally does not prove this execution produced the result: the ledger's
 status, body and expiry are the truth (ch. 26 §4).
@@ -16,43 +17,40 @@ status, body and expiry are the truth (ch. 26 §4).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
-from teamdesk.config import Settings
-from teamdesk.tasks.errors import TaskRejected, retryable_error_text
+from teamdesk.tasks.context import Executor, TaskContext
+from teamdesk.tasks.errors import RejectReason, TaskRejected, retryable_error_text
 from teamdesk.tasks.exports import run_export
-from teamdesk.tasks.lease import Lease, LeaseLost, claim, leased_update
-from teamdesk.tasks.ledger import Ledger, fetch_one
+from teamdesk.tasks.lease import Lease, LeaseLost, claim
+from teamdesk.tasks.ledger import fetch_one
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
 from teamdesk.tasks.reminders import run_reminder
 
+__all__ = ["EXECUTORS", "TaskContext", "executor_for", "parse_payload", "process_task"]
+
 log = logging.getLogger("teamdesk.processor")
 
+#: Task type (`background_tasks.type`) → its executor. Read-only: a type is given an
+#: executor here, in the product, not by patching from outside.
+EXECUTORS: Mapping[str, Executor] = MappingProxyType({
+    "EXPORT": run_export,
+    "REMINDER": run_reminder,
+})
 
-@dataclass
-class TaskContext:
-    """What an executor needs: settings, the ledger, and a name for logs and probes."""
 
-    settings: Settings
-    #: SQLAlchemy sessions on the same database: for callers' own reads (labs, tests). The
-    #: task path itself runs the named statements of `queries.sql` through `ledger`.
-    sessions: async_sessionmaker[AsyncSession] | None = None
-    #: A label such as "A" or a worker name; shows in probe contexts and log lines.
-    actor: str | None = None
-    #: Where the task path gets its connection; `create_task_worker` passes its pool.
-    #: None: one fresh connection per run from `settings.database_url` (tests, labs).
-    ledger: Ledger | None = None
-
-    def db(self) -> Ledger:
-        """The ledger, made on first use when none was given (nothing to close then)."""
-        if self.ledger is None:
-            self.ledger = Ledger(self.settings.database_url or "")
-        return self.ledger
+def executor_for(task_type: str) -> Executor:
+    """The executor of `task_type`; a type without one is a permanent rejection (P7, P8):
+    waiting will not give this version of the worker an executor for it."""
+    try:
+        return EXECUTORS[task_type]
+    except KeyError:
+        raise TaskRejected(RejectReason.UNKNOWN_TYPE, f"type {task_type!r}") from None
 
 
 def parse_payload(data: Any) -> tuple[str, int]:
@@ -73,7 +71,8 @@ async def process_task(job: Any, token: str | None, ctx: TaskContext) -> str:
     the row it claimed; only when it matched nothing does a cheap read say why (P1)."""
     task_id, run = parse_payload(job.data)
     attempt = job.attemptsMade + 1
-    async with ctx.db().connection() as conn:
+    assert ctx.ledger is not None  # TaskContext fills it in
+    async with ctx.ledger.connection() as conn:
         await probes.announce("claim.before", task_id=task_id, run=run, actor=ctx.actor)
         claimed = await claim(conn, task_id, run, attempts=attempt)  # P2
         if claimed is None:
@@ -84,9 +83,7 @@ async def process_task(job: Any, token: str | None, ctx: TaskContext) -> str:
         await probes.announce("claim.after", task_id=task_id, run=run,
                               execution_id=lease.execution_id, actor=ctx.actor)
         try:
-            if task.type == "EXPORT":
-                return await run_export(ctx, conn, job, lease, task)
-            return await run_reminder(ctx, conn, job, lease, task)
+            return await executor_for(task.type)(ctx, conn, job, lease, task)
         except LeaseLost as lost:
             # P6: first, before any other handling. A newer executor owns the task; this
             # one must neither fail it nor end its queue job.
@@ -131,12 +128,12 @@ async def _report_failure(ctx: TaskContext, conn: Any, lease: Lease, err: Except
     statement = "report_final" if final else "report_retryable"
     try:
         if conn.broken or conn.closed:
-            async with ctx.db().fresh_connection() as fresh:
-                await leased_update(fresh, lease, statement, during="error report",
-                                    last_error=text)
-        else:
-            await leased_update(conn, lease, statement, during="error report",
+            assert ctx.ledger is not None
+            async with ctx.ledger.fresh_connection() as fresh:
+                await ctx.fence(fresh, lease, statement, during="error report",
                                 last_error=text)
+        else:
+            await ctx.fence(conn, lease, statement, during="error report", last_error=text)
     except LeaseLost:
         log.info("task.error_unreported task_id=%s run=%s execution_id=%s error=%s (lease lost)",
                  lease.task_id, lease.run, lease.execution_id, type(err).__name__)

@@ -3,25 +3,23 @@
 Everything happens inside ONE PostgreSQL transaction under the team lock: check that the
 reminder still matches the ticket's `reminder_revision`, then write the notification, bump
 the ticket's version, add a system event, and finish with the lease-conditioned completion
-UPDATE. That UPDATE is the commit gate: if it matches no row, `LeaseLost` is raised
-*inside* the transaction, which rolls all four writes back (P10). Returning instead would
-commit them. The lease was claimed outside the lock (P11), which is why it is re-checked
-here, at commit.
+UPDATE, through `ctx.fence` (P3). That UPDATE is the commit gate: if it matches no row,
+`LeaseLost` is raised *inside* the transaction, which rolls all four writes back (P10).
+Returning instead would commit them. The lease was claimed outside the lock (P11), which
+is why it is re-checked here, at commit.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from teamdesk import probes
-from teamdesk.tasks.lease import Lease, leased_update
+from teamdesk.tasks.context import TaskContext
+from teamdesk.tasks.lease import Lease
 from teamdesk.tasks.ledger import execute
-
-if TYPE_CHECKING:
-    from teamdesk.tasks.processor import TaskContext
 
 
 def stale_reason(task: Any, ticket: Any | None) -> str | None:
@@ -42,7 +40,7 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
     """P10 on the run's connection; `task` is the row the claim returned."""
     async with contextlib.AsyncExitStack() as transaction:
         # BEGIN, the team lock and the ticket read leave in one round trip (psycopg's
-        # pipeline mode, issue 11) and still run one after the other on the server: the
+        # pipeline mode) and still run one after the other on the server: the
         # read's snapshot is taken after the lock is granted, so it sees the ticket as the
         # previous lock holder committed it. The transaction outlives the pipeline block:
         # a plain `AsyncTransaction` (`conn.transaction()` would keep the connection in
@@ -70,8 +68,8 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
                                   execution_id=lease.execution_id, actor=ctx.actor)
             summary = f"Reminder sent to {recipient} (revision {task.reminder_revision})."
         # The commit gate (P10): LeaseLost raised here rolls back everything above.
-        await leased_update(conn, lease, "reminder_completion", during="reminder completion",
-                            result_summary=summary)
+        await ctx.fence(conn, lease, "reminder_completion", during="reminder completion",
+                        result_summary=summary)
         # Still inside the transaction: the completion holds the row lock until commit, so
         # a competing claim waits here and then matches nothing (P12).
         await probes.announce("reminder.after_completion", task_id=lease.task_id,

@@ -22,22 +22,27 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.tasks.dispatcher import DispatchLoop
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue, redis_client
-from teamdesk.tasks.worker import create_task_worker
+from teamdesk.tasks.worker import TaskWorker, create_task_worker
 
 log = logging.getLogger("teamdesk.runner")
 
 #: Exit code when the drain timeout passed with a job still running.
 EXIT_DRAIN_TIMEOUT = 3
+
+#: `on_worker(worker)`: called with the process's task worker once it is built, before it
+#: takes its first job — to attach a listener of one's own to `worker.worker` (bullmq's
+#: `on`), e.g. the retired `failed` listener a lab shows (`labs.counterexample_worker`).
+WorkerHook = Callable[[TaskWorker], None]
 
 
 def heartbeat_key(settings: Settings, name: str) -> str:
@@ -55,8 +60,14 @@ async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[st
 
 
 async def run_worker_process(settings: Settings, *, name: str | None = None,
-                             stop: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code."""
+                             stop: asyncio.Event | None = None,
+                             on_worker: WorkerHook | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code.
+    `on_worker` (see `WorkerHook`) sees the task worker before it starts.
+
+    The loop's SIGTERM/SIGINT handlers are installed here and nowhere else (W4): they set
+    `stop`. A caller that saw a signal before this loop ran (`teamdesk worker` while it
+    starts) passes `stop` already set; the worker then exits 0 without starting."""
     name = name or f"{socket.gethostname()}-{os.getpid()}"
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -69,15 +80,17 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
         return 0
     uninstall_hold = probes.install_hold_from_env()
 
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
     queue = create_task_queue(settings)
     beat_client = redis_client(settings)
     # One pool for the process: a connection per concurrent job, one for the tick (D8).
     ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
-    worker = await create_task_worker(settings, sessions, actor=name, ledger=ledger)
+    worker = await create_task_worker(settings, actor=name, ledger=ledger, start=False)
+    if on_worker is not None:
+        on_worker(worker)
+    worker.start()
+    # The tick runs on the ledger (D8); the loop's `sessions` argument is not used by it.
     # D8: a committed outbox INSERT wakes the tick at once (LISTEN, migration 0003).
-    ticks = DispatchLoop(sessions, queue, settings, ledger=ledger, listen=True)
+    ticks = DispatchLoop(None, queue, settings, ledger=ledger, listen=True)
     ticks.start()
     started = datetime.now(UTC).isoformat()
     log.info("worker.started name=%s pid=%s queue=%s prefix=%s concurrency=%s", name,
@@ -114,7 +127,6 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     with contextlib.suppress(Exception):
         await queue.close()
     await ledger.close()
-    await engine.dispose()
     if uninstall_hold:
         uninstall_hold()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,8 +1,12 @@
 """`create_task_worker`: the one place that builds the BullMQ worker (W1, W2).
 
 Tests, labs and the worker process all call it, so they run the same processor with the
-same listeners. The listeners only log (W2): the `failed` event carries no execution id,
-and `task_id + run` is not a lease, so a listener that wrote the ledger could fail a newer
+same listeners. What a caller may vary is a parameter, never a patch: the ledger
+(`ledger=`), the fence every fenced write goes through (`fence=`, P3), a listener of events
+(`on_event=`) and of a crashed run loop (`on_run_error=`).
+
+The listeners only log (W2): the `failed` event carries no execution id, and
+`task_id + run` is not a lease, so a listener that wrote the ledger could fail a newer
 execution (ch. 26 §7). Terminal states come from the processor's fenced error write and
 the dispatcher's reconciliation (W3).
 
@@ -24,17 +28,21 @@ from typing import Any
 
 from bullmq import Worker
 from bullmq.custom_errors import UnrecoverableError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk.config import Settings
+from teamdesk.tasks.context import TaskContext
+from teamdesk.tasks.lease import Fence, leased_update
 from teamdesk.tasks.ledger import Ledger
-from teamdesk.tasks.processor import TaskContext, process_task
+from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, redis_client
 
 log = logging.getLogger("teamdesk.worker")
 
 #: `on_event(kind, fields)` receives every listener event (for lab histories and tests).
 EventHook = Callable[[str, dict[str, Any]], None]
+#: `on_run_error(worker, error)`: the worker's run loop (bullmq's fetch loop, not a job)
+#: ended with `error`. Called when it happens; `worker.closing` says whether it was closing.
+RunErrorHook = Callable[["TaskWorker", Exception], None]
 
 
 def is_exhausted(job: Any, err: BaseException) -> bool:
@@ -50,21 +58,41 @@ def _task_fields(job: Any) -> dict[str, Any]:
 
 
 class TaskWorker:
-    """A running BullMQ worker for the task queue, with bounded shutdown."""
+    """A running BullMQ worker for the task queue, with bounded shutdown.
+
+    `on_run_error` (see `RunErrorHook`) hears of a run loop that ended with an error at the
+    moment it ends; without it the error stays in the run task, where asyncio reports it
+    only when the task is garbage-collected ("Task exception was never retrieved")."""
 
     def __init__(self, worker: Worker, ctx: TaskContext, *,
-                 owns_ledger: bool = False) -> None:
+                 owns_ledger: bool = False, on_run_error: RunErrorHook | None = None) -> None:
         self.worker = worker
         self.ctx = ctx
+        self.on_run_error = on_run_error
         self._owns_ledger = owns_ledger
+        self._closing = False
         self._run_task: asyncio.Task | None = None
 
     @property
     def name(self) -> str | None:
         return self.ctx.actor
 
+    @property
+    def closing(self) -> bool:
+        """True once `close()` was called (or bullmq's worker is closing on its own)."""
+        return self._closing or bool(getattr(self.worker, "closing", False))
+
     def start(self) -> None:
-        self._run_task = asyncio.ensure_future(self.worker.run())
+        """Run the worker's fetch loop in a task of the current context."""
+        self._run_task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.worker.run()
+        except Exception as err:
+            if self.on_run_error is None:
+                raise
+            self.on_run_error(self, err)
 
     async def close(self, timeout: float = 5.0) -> bool:
         """Stop taking jobs and let the running one finish within `timeout`; then force.
@@ -72,6 +100,7 @@ class TaskWorker:
         Returns True if the graceful close finished in time. `worker.close()` swallows
         cancellation, so it runs as its own task and we stop waiting instead of cancelling.
         """
+        self._closing = True
         graceful = asyncio.ensure_future(self.worker.close())
         done, _ = await asyncio.wait({graceful}, timeout=timeout)
         if not done:
@@ -130,7 +159,6 @@ def _attach_listeners(worker: Worker, actor: str | None, on_event: EventHook | N
 
 async def create_task_worker(
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
     *,
     actor: str | None = None,
     renew_lock: bool = True,
@@ -138,20 +166,25 @@ async def create_task_worker(
     on_event: EventHook | None = None,
     start: bool = True,
     ledger: Ledger | None = None,
+    fence: Fence = leased_update,
+    on_run_error: RunErrorHook | None = None,
 ) -> TaskWorker:
     """Build (and by default start) the task worker: `process_task` + the W2 listeners.
 
     Timings come from `settings` (Q2); `renew_lock=False` makes the stuck executor of the
     takeover tests; `options` overrides raw BullMQ worker options (camelCase). The task
-    path runs on `ledger` (issue 11); without one, a pool of `worker_concurrency`
-    connections to `settings.database_url` is opened here and closed by `close()`.
-    `sessions` is kept for callers that read through the worker's context.
+    path runs on `ledger`; without one, a pool of `worker_concurrency` connections to
+    `settings.database_url` is opened here and closed by `close()`. `fence` is the function
+    every fenced write of this worker goes through (`TaskContext.fence`, P3): the product's
+    `leased_update` unless a lab shows an old fence (`labs.counterexamples`); a lab that
+    switches fences while the worker runs passes a callable of its own that decides per call.
+    `on_run_error` hears of a crash of the worker's run loop when it happens (`TaskWorker`).
     """
     owns_ledger = ledger is None
     if ledger is None:
         ledger = await Ledger.pooled(settings.database_url or "",
                                      size=max(1, settings.worker_concurrency))
-    ctx = TaskContext(settings=settings, sessions=sessions, actor=actor, ledger=ledger)
+    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger, fence=fence)
 
     async def processor(job: Any, token: str) -> str:
         return await process_task(job, token, ctx)
@@ -185,7 +218,7 @@ async def create_task_worker(
         if owns_ledger:
             await ledger.close()
         raise
-    task_worker = TaskWorker(worker, ctx, owns_ledger=owns_ledger)
+    task_worker = TaskWorker(worker, ctx, owns_ledger=owns_ledger, on_run_error=on_run_error)
     if start:
         task_worker.start()
     return task_worker

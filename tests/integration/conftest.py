@@ -32,13 +32,13 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-async def start_worker(settings, sessions, recorder, redis) -> AsyncIterator[Any]:
+async def start_worker(settings, recorder, redis) -> AsyncIterator[Any]:
     """`await start_worker("A", renew_lock=False, lock_duration_ms=1000)`; closed at teardown."""
     started: list[TaskWorker] = []
 
     async def start(actor: str, *, renew_lock: bool = True, options: dict | None = None,
                     **timings: Any) -> TaskWorker:
-        w = await create_task_worker(settings.replace(**timings), sessions, actor=actor,
+        w = await create_task_worker(settings.replace(**timings), actor=actor,
                                      renew_lock=renew_lock, options=options, on_event=recorder)
         started.append(w)
         return w

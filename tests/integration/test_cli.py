@@ -105,7 +105,7 @@ def test_worker_redacts_the_redis_password_when_redis_is_unreachable(settings):
 def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, capsys):
     """S1: the token never appears on a command line (`ps` shows argv to every local
     account): JupyterLab gets it as `JUPYTER_TOKEN`; the printed link carries it."""
-    from teamdesk import cli
+    from teamdesk import cli, devservices
 
     seen: dict = {}
 
@@ -118,9 +118,8 @@ def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, caps
 
     monkeypatch.setenv("DATABASE_URL", settings.database_url)
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
-    monkeypatch.setattr(cli.subprocess, "Popen", FakeJupyter)
-    # In-process: `lab` must not release this pytest process's own claim on the services.
-    monkeypatch.setattr(cli.devservices, "release_owner", lambda pid=None: None)
+    monkeypatch.setattr(cli.subprocess, "Popen", FakeJupyter)  # no real JupyterLab
+    held = devservices.registered_owner()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         assert cli.main(["lab", "--no-browser", "--port", "8899"]) == 0
@@ -131,6 +130,8 @@ def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, caps
     assert token and len(token) >= 32
     assert not any(token in arg for arg in seen["cmd"])
     assert f"token={token}" in capsys.readouterr().out
+    # In-process, `lab` ends only a claim of its own: this pytest process keeps its own.
+    assert devservices.registered_owner() == held
 
 
 def test_sigterm_while_the_worker_is_starting_exits_0(settings):

@@ -1,4 +1,4 @@
-"""The task path's SQL (issue 11) and the dispatcher's clock and stall limit (D1, D6, D9).
+"""The task path's SQL and the dispatcher's clock and stall limit (D1, D6, D9).
 
 Real PostgreSQL; clocks are compressed by ageing rows (explicit `updated_at` /
 `dispatched_at` values, which the trigger keeps), never by waiting.
@@ -10,7 +10,6 @@ import asyncio
 import os
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +17,16 @@ from sqlalchemy import func, select, text, update
 
 from teamdesk import devservices
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket
-from teamdesk.services import exports
+from teamdesk.services import exports, tickets
 from teamdesk.services.tasks import retry_task
 from teamdesk.tasks import ledger as ledger_module
+from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.dispatcher import STALLED_ERROR, dispatch_tasks
 from teamdesk.tasks.lease import claim
-from teamdesk.tasks.ledger import QUERIES, Ledger
+from teamdesk.tasks.ledger import QUERIES, Ledger, StatementLog
+from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.queue import create_task_queue
-from tests.integration.conftest import enqueue, task_row
-
-ROOT = Path(__file__).resolve().parents[2] / "teamdesk"
+from tests.integration.conftest import FakeJob, enqueue, task_row
 
 
 @pytest.fixture
@@ -59,17 +58,124 @@ async def _age_updated(sessions, task_id: str, seconds: float) -> None:
 
 # ---------------------------------------------------------------- the statement registry
 
-def test_every_statement_is_used_and_every_used_name_exists():
-    """Issue 11 (procrastinate's check): each statement of queries.sql is run somewhere in
-    `teamdesk/`, and each name the code runs is defined — a typo fails here, not at 3 am."""
-    sources = "\n".join(p.read_text() for p in ROOT.rglob("*.py")
-                        if p.name != "ledger.py")
-    used = set(re.findall(
-        r'(?:execute|fetch_one|fetch_all)\(\s*\w+,\s*"(\w+)"', sources))
-    used |= set(re.findall(r'leased_update\(\s*\w+,\s*\w+,\s*"(\w+)"', sources))
-    used |= set(re.findall(r'statement = "(\w+)" if final else "(\w+)"', sources)[0])
-    assert used - set(QUERIES) == set()
-    assert set(QUERIES) - used == set()
+class _QueueSays:
+    """A stand-in queue whose every job is in `state` (None: there is no job): the
+    dispatcher's statements are under test here, not its talk with Redis (D4 per row)."""
+
+    def __init__(self, state: str | None) -> None:
+        self.state = state
+
+    async def getJob(self, job_id: str) -> Any:  # bullmq's camelCase API
+        return None if self.state is None else self
+
+    async def getState(self) -> str | None:
+        return self.state
+
+    async def add(self, name: str, data: Any, opts: dict[str, Any]) -> None:
+        return None
+
+    async def remove(self, job_id: str, opts: dict[str, Any] | None = None) -> int:
+        raise AssertionError("not reached in this test")
+
+
+async def test_the_task_path_runs_every_statement_by_name(settings, sessions, demo):
+    """P2–P10, D1–D7: what ran, recorded by the ledger (`Ledger(recorder=StatementLog())`),
+    not what the source text says. Each step of the book runs its own named statement, with
+    the lease's `task_id, run, execution_id` in every fenced one (P3); together they run
+    every statement of queries.sql, and nothing runs that is not there."""
+    log = StatementLog()
+    ledger = Ledger(settings.database_url, recorder=log)
+    ran: set[str] = set()
+
+    def next_step() -> None:
+        ran.update(log.names)
+        log.clear()
+
+    ctx = TaskContext(settings=settings.replace(export_batch_size=10), actor="A",
+                      ledger=ledger)
+    lease_keys = {"task_id", "run", "execution_id"}
+
+    # An export in batches (X1, P4, P5): claim, the first batch with the authorization,
+    # progress per batch, the re-check, the result.
+    async with sessions() as s:
+        export = await exports.request_export(s, "acme", "ben", {})
+    await process_task(FakeJob(export.id), None, ctx)
+    names = log.names
+    assert names[:3] == ["claim", "export_start", "progress"]
+    batches = names[3:-2]
+    if len(batches) % 2:  # the last read came back empty: no progress write for it
+        assert batches.pop() == "export_batch"
+    assert len(batches) >= 4 and batches == ["export_batch", "progress"] * (len(batches) // 2)
+    assert names[-2:] == ["export_recheck", "export_result"]
+    _, params = log.queries[-1]
+    assert set(params) == lease_keys | {"result_csv", "result_summary", "ttl_s"}
+    assert params["task_id"] == export.id and params["run"] == 0
+
+    # An old run's message (P1): the claim misses, a cheap read says why.
+    next_step()
+    assert (await process_task(FakeJob(export.id), None, ctx)).startswith("skipped")
+    assert log.names == ["claim", "task_state"]
+
+    # A reminder (P10): one transaction under the team lock, the completion last.
+    next_step()
+    async with sessions() as s:
+        _, reminder = await tickets.create_ticket(s, "acme", "eve", "Call back",
+                                                  due_at=datetime.now(UTC),
+                                                  assignee_id="cai")
+    await process_task(FakeJob(reminder.id), None, ctx)
+    assert log.names == ["claim", "team_lock", "reminder_ticket", "reminder_effects",
+                         "reminder_completion"]
+    assert set(log.queries[-1][1]) == lease_keys | {"result_summary"}
+
+    # The error report (P7): retryable, then the last attempt's final one.
+    async with sessions() as s:
+        failing = await exports.request_export(s, "acme", "ben", {"priority": ["HIGH"]})
+    for attempts_made, report in ((0, "report_retryable"), (2, "report_final")):
+        next_step()
+        with pytest.raises(ConnectionError):
+            await process_task(FakeJob(failing.id, attempts_made=attempts_made,
+                                       fail_progress=lambda v: True), None, ctx)
+        assert log.names[-2:] == ["progress", report]
+        assert set(log.queries[-1][1]) == lease_keys | {"last_error"}
+
+    # The dispatcher (D1–D4, D6, D7): a new row is added and marked; a row the queue gave
+    # up on while WAITING without a lease is failed; recovery and purge close each tick.
+    fresh = await _insert(sessions)
+    next_step()
+    await dispatch_tasks(None, _QueueSays(None), settings, ledger=ledger)
+    assert log.names == ["scan", "mark_dispatched", "recover_and_purge"]
+    assert fresh in log.queries[1][1]["ids"]
+    async with sessions() as s, s.begin():  # D1: its enqueue check is due again
+        await s.execute(update(BackgroundTask).where(BackgroundTask.id == fresh).values(
+            dispatched_at=BackgroundTask.dispatched_at - text("interval '31 seconds'")))
+    next_step()
+    report = await dispatch_tasks(None, _QueueSays("failed"), settings, ledger=ledger)
+    assert log.names == ["scan", "fail_from_queue", "recover_and_purge"]
+    assert report.failed_from_queue == 1
+
+    next_step()
+    assert ran == set(QUERIES)  # every statement of queries.sql is run by the task path
+
+
+async def test_only_a_ledger_with_a_recorder_records(settings):
+    """The hot path pays nothing for the recorder it does not have: a plain ledger hands
+    out psycopg's own connections. A recording one reports only named statements."""
+    import psycopg
+
+    async with Ledger(settings.database_url).connection() as conn:
+        assert type(conn) is psycopg.AsyncConnection
+    log = StatementLog()
+    async with Ledger(settings.database_url, recorder=log).connection() as conn:
+        await conn.execute("SELECT 1")
+        await ledger_module.fetch_one(conn, "task_state", {"task_id": "none"})
+    assert log.queries == [("task_state", {"task_id": "none"})]
+    pooled = await Ledger.pooled(settings.database_url, size=1, recorder=log)
+    try:
+        async with pooled.connection() as conn:
+            await ledger_module.fetch_one(conn, "task_state", {"task_id": "other"})
+    finally:
+        await pooled.close()
+    assert log.names == ["task_state", "task_state"]
 
 
 def test_duplicate_statement_names_are_refused(tmp_path):
@@ -118,7 +224,7 @@ def _node(plan: list[str], i: int) -> str:
 
 
 async def test_dispatcher_statements_have_index_bounded_generic_plans(settings, demo):
-    """D1, D6, D7, issue 11: with 40,000 ledger rows (1,000 WAITING, 500 of them never
+    """D1, D6, D7: with 40,000 ledger rows (1,000 WAITING, 500 of them never
     dispatched, 200 RUNNING, 3,000 exports holding a CSV), the generic plan of each
     dispatcher statement reads one index, bounded by an Index Cond or a partial index that
     holds only its rows — never a Seq Scan, never a walk over every WAITING entry (the old

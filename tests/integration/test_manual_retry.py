@@ -15,7 +15,7 @@ from tests.integration.conftest import FakeJob, direct_run, once_more_changes_no
 async def test_manual_retry_skips_the_old_run(settings, sessions, demo):
     """R2, R3, P1: the last automatic attempt fails (FAILED); a manual retry opens run 1;
     the old run's message is skipped (task still WAITING); the new run completes."""
-    ctx = TaskContext(settings=settings, sessions=sessions, actor="A")
+    ctx = TaskContext(settings=settings, actor="A")
     async with sessions() as s:
         task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
     with pytest.raises(ConnectionError):

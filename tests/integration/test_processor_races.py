@@ -38,7 +38,7 @@ T = 8.0  # bound for every wait: only detects a sync point that never came
 @pytest.fixture
 def ctx(settings, sessions):
     def make(actor: str, **timings) -> TaskContext:
-        return TaskContext(settings=settings.replace(**timings), sessions=sessions, actor=actor)
+        return TaskContext(settings=settings.replace(**timings), actor=actor)
     return make
 
 

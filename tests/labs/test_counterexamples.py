@@ -1,6 +1,8 @@
-"""Counterexamples switched on for one lab only (`lab.counterexample`, issue 14): the old
-fences really break P3/P5/P10 for the switching lab's executors, leave every other lab and
-actor on the product's fence, and are gone after `off()`. Real PostgreSQL and Redis."""
+"""Counterexamples switched on for one lab only (`lab.counterexample`): the old fences
+really break P3/P5/P10 for the switching lab's executors, leave every other lab and actor on
+the product's fence, and are gone after `off()`. They reach the executors through the
+worker's fence seam (`create_task_worker(fence=...)`, `TaskContext.fence`); no product
+name is rebound. Real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from sqlalchemy import update
 from labs import counterexamples, tables
 from labs.lab import STUCK, WATCHFUL, Lab
 from teamdesk.db.models import TaskStatus, Ticket
-from teamdesk.tasks import exports, lease, processor, reminders
+from teamdesk.tasks import lease
 from teamdesk.tasks.queue import task_job_id
 
 T = 8
@@ -43,13 +45,16 @@ async def _recovered_under_a(lab: Lab) -> tuple[str, tuple, tuple, TaskStatus]:
 async def test_forgot_row_count_commits_a_lost_lease_in_its_own_lab_only(service_settings):
     """P10 broken on purpose: with `forgot-row-count` on in lab `bug`, A's completion
     matches 0 rows (D6 cleared the lease) and the effects commit anyway; in lab `clean`,
-    open at the same time, the same scene rolls back. `off()` restores the product's
-    function in every module that bound it."""
+    open at the same time, the same scene rolls back. The switch reaches A's worker, which
+    was started before it, through the fence A's context holds; `off()` puts A back on the
+    product's fence."""
     async with Lab.open("bug", settings=service_settings, tickets=10, close_timeout=3) as bug, \
             Lab.open("clean", settings=service_settings, tickets=10, close_timeout=3) as clean:
+        await bug.start_worker("A")  # running before the switch: it still gets the old fence
         switch = bug.counterexample("forgot-row-count", actor="A")
-        assert all(m.leased_update is not counterexamples._PRODUCT
-                   for m in (lease, processor, exports, reminders))
+        fence = bug.workers["A"].ctx.fence
+        assert isinstance(fence, counterexamples.LabFence) and fence.actor == "A"
+        assert bug._fences.active("A") is switch and bug._fences.active("B") is None
 
         result, before, after, status = await _recovered_under_a(clean)
         assert result.startswith("lease lost") and after == before  # P10 holds there
@@ -62,8 +67,8 @@ async def test_forgot_row_count_commits_a_lost_lease_in_its_own_lab_only(service
         assert switch.effects == ["reminder completion: 0 rows matched, carried on"]
 
         switch.off()
-        assert all(m.leased_update is counterexamples._PRODUCT
-                   for m in (lease, processor, exports, reminders))
+        assert bug._fences.active("A") is None and repr(switch).endswith(
+            "off, 1 write(s) changed>")
         switch.off()  # idempotent
         await bug.stop_worker("A")  # the redelivery would meet the unique notification
 
@@ -105,4 +110,12 @@ async def test_status_only_guard_lets_the_old_executor_save_its_stale_csv(lab):
 async def test_unknown_counterexample_is_refused(lab):
     with pytest.raises(ValueError, match="unknown counterexample 'no-fence'"):
         lab.counterexample("no-fence")
-    assert lease.leased_update is counterexamples._PRODUCT
+    assert lab._fences.switches == []
+
+
+async def test_a_worker_outside_any_lab_keeps_the_products_fence(settings):
+    """P3: the context's fence defaults to `lease.leased_update`; only a caller that passes
+    another one (a lab) changes it."""
+    from teamdesk.tasks.context import TaskContext
+
+    assert TaskContext(settings=settings).fence is lease.leased_update

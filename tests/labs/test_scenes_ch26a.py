@@ -12,7 +12,7 @@ async def test_stand_in_executions_classify_like_the_book(lab):
     """attemptsMade 0 and 1 with a lost queue connection leave WAITING and re-raise the
     ConnectionError; attemptsMade 2 is the last of the budget: FAILED (P7, Q1). The
     progress of the batch read before the failing report stays in the ledger (P4)."""
-    ctx = TaskContext(settings=lab.settings, sessions=lab.sessions, actor="A")
+    ctx = TaskContext(settings=lab.settings, actor="A")
     task = await lab.request_export({"status": ["OPEN"]}, user="ben")
     rows = []
     for made in range(3):
@@ -29,7 +29,7 @@ async def test_stand_in_executions_classify_like_the_book(lab):
 async def test_execution_status_runs_once_per_number(lab):
     """The exercise's check may be run again: a number already tried starts no new export
     and answers the same; WAITING for attemptsMade 1, FAILED for 2 (P7)."""
-    ctx = TaskContext(settings=lab.settings, sessions=lab.sessions, actor="A")
+    ctx = TaskContext(settings=lab.settings, actor="A")
     tried: dict[int, str] = {}
     assert await ch26a.execution_status(lab, ctx, 1, tried) == "WAITING"
     assert await ch26a.execution_status(lab, ctx, 2, tried) == "FAILED"
