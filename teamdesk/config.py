@@ -14,9 +14,11 @@ import os
 from dataclasses import dataclass
 
 _ENV_PREFIX = "TEAMDESK_"
-#: `TEAMDESK_*` variables the project uses that are not settings (devservices, the lab
-#: command, probe holds): never reported as unknown.
-NON_SETTING_VARS = frozenset({"TEAMDESK_DATA_DIR", "TEAMDESK_LAB_PORT", "TEAMDESK_PROBE_HOLD"})
+#: `TEAMDESK_*` variables the project uses that are not settings (devservices' data folder
+#: and Redis binary, the lab command, probe holds, the test run's note of the lab's data
+#: folder): never reported as unknown.
+NON_SETTING_VARS = frozenset({"TEAMDESK_DATA_DIR", "TEAMDESK_REDIS_SERVER", "TEAMDESK_LAB_PORT",
+                              "TEAMDESK_PROBE_HOLD", "TEAMDESK_LAB_DATA_DIR"})
 
 log = logging.getLogger("teamdesk.config")
 _warned: set[str] = set()

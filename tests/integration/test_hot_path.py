@@ -153,6 +153,14 @@ async def test_the_task_path_runs_every_statement_by_name(settings, sessions, de
     assert log.names == ["scan", "fail_from_queue", "recover_and_purge"]
     assert report.failed_from_queue == 1
 
+    # A catch-up round of the loop (D8): the scan runs inside the tried catch-up lock, and
+    # the tail is left to the tick's end.
+    next_step()
+    await dispatch_tasks(None, _QueueSays(None), settings, ledger=ledger, recover=False,
+                         catch_up=True)
+    assert log.names[0] == "catch_up_lock" and log.names[-1] == "catch_up_unlock"
+    assert "scan" in log.names and "recover_and_purge" not in log.names
+
     next_step()
     assert ran == set(QUERIES)  # every statement of queries.sql is run by the task path
 
