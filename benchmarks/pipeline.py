@@ -66,6 +66,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 from sqlalchemy import text
@@ -408,17 +409,22 @@ async def measure_raw_adds(base: Settings, run: BacklogRun, concurrency: int = 1
         run.raw_drain_s = time.perf_counter() - t0
         run.raw_busy = busy.share()
     finally:
-        for c in children:
-            with contextlib.suppress(Exception):
-                c.send_signal(signal.SIGTERM)
-        for c in children:
-            try:
-                c.wait(15)
-            except subprocess.TimeoutExpired:
-                c.kill()
+        await _close_noop_side(children, queue, world)
+
+
+async def _close_noop_side(children: list[subprocess.Popen], queue: Any, world: World) -> None:
+    """SIGTERM the no-op worker processes (killed after 15 s), close the queue and the world."""
+    for c in children:
         with contextlib.suppress(Exception):
-            await queue.close()
-        await world.close()
+            c.send_signal(signal.SIGTERM)
+    for c in children:
+        try:
+            c.wait(15)
+        except subprocess.TimeoutExpired:
+            c.kill()
+    with contextlib.suppress(Exception):
+        await queue.close()
+    await world.close()
 
 
 # ---------------------------------------------------------------- queue bound
@@ -505,17 +511,7 @@ async def measure_queue(base: Settings, n: int, k: int, concurrency: int = 1) ->
         await wait_until(drained, 60 + n / 20, f"{n} no-op jobs", interval=0.05)
         return n / (time.perf_counter() - t0)
     finally:
-        for c in children:
-            with contextlib.suppress(Exception):
-                c.send_signal(signal.SIGTERM)
-        for c in children:
-            try:
-                c.wait(15)
-            except subprocess.TimeoutExpired:
-                c.kill()
-        with contextlib.suppress(Exception):
-            await queue.close()
-        await world.close()
+        await _close_noop_side(children, queue, world)
 
 
 # ---------------------------------------------------------------- ledger bound
