@@ -31,7 +31,7 @@ Every time comparison is made in the database's clock (`now()` in `queries.sql`,
 precise): `updated_at` and `dispatched_at` are stamped there, so a dispatcher host whose
 clock is off neither recovers live tasks nor delays recovery. Tests and labs compress the
 clock by ageing rows, not by passing another `now`. The SQL runs on one connection per
-tick, checked out of the `Ledger` (issue 11).
+tick, checked out of the `Ledger` (a pool check per checkout would cost a round trip).
 
 Duplicate dispatch is the normal case, not an accident (D5): two dispatchers, or a
 re-check after 30 s, may look at the same task; the fixed job id de-duplicates only while
@@ -377,7 +377,7 @@ class _Tick:
         Returns the outcomes of the rows that succeeded and the error.
 
         With a bullmq queue on Redis one round trip reads every row's job state
-        (`queue.job_states`, issue 11) instead of `getJob` + `getState` per row; then the
+        (`queue.job_states`) instead of `getJob` + `getState` per row; then the
         rows without a job are added one by one (each after its own `dispatch.before_add`)
         and the rare completed/orphaned records take the per-job remove + add. The
         decisions are D4's, row by row, exactly as in `reconcile_one`. Other queues (the
@@ -587,7 +587,7 @@ class DispatchLoop:
         listen: bool = False,
     ) -> None:
         self.sessions = sessions
-        #: The worker process's pool, shared with its task worker (issue 11); None: each
+        #: The worker process's pool, shared with its task worker; None: each
         #: tick opens connections of its own.
         self.ledger = ledger
         self.queue = queue

@@ -1,4 +1,4 @@
--- The task path's SQL, in one place (issue 11; procrastinate's `sql/queries.sql` shape).
+-- The task path's SQL, in one place (procrastinate's `sql/queries.sql` shape).
 --
 -- Each statement sits under a `-- name --` header and is loaded once into a name → text
 -- registry by `teamdesk.tasks.ledger`. Python refers to a statement by its name only. A
@@ -118,7 +118,7 @@ SELECT * FROM ({{_export_tickets}}) AS matching
  LIMIT %(batch_size)s;
 
 -- export_start --
--- X1, P8, issue 11: the owner's role, the matching count and the first `export_batch` (after_id
+-- X1, P8: the owner's role, the matching count and the first `export_batch` (after_id
 -- 0) in one round trip: one row per ticket of the first batch, each carrying the owner's
 -- role and the matching count (one row with NULL ticket columns when nothing matches). The
 -- batch is read before the executor checks the role and the limit; a rejected run discards
