@@ -191,10 +191,14 @@ def make_private_dir(root: Path) -> None:
     as root, where the embedded PostgreSQL runs as an unprivileged account that must pass
     through the folder to reach its own `pg/` (it still cannot list or read anything
     here: every file that holds a secret is 0600). An existing folder is tightened the
-    same way; one that others could write to is refused first (`check_data_dir`)."""
+    same way — only when it is ours (made here, or holding our lock or state file): a
+    TEAMDESK_DATA_DIR pointed at a home folder must not have its mode changed. One that
+    others could write to is refused first (`check_data_dir`)."""
+    ours = not root.exists() or (root / "lock").exists() or (root / "services.json").exists()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     check_data_dir(root)
-    os.chmod(root, 0o711 if os.geteuid() == 0 else 0o700)
+    if ours:
+        os.chmod(root, 0o711 if os.geteuid() == 0 else 0o700)
 
 
 @contextlib.contextmanager

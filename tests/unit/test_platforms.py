@@ -134,3 +134,29 @@ def test_the_wheel_check_asks_each_platform_for_the_servers_it_can_have():
     windows = cw.Target("Windows", "win32", "windows", "AMD64", (), ("3.13",))
     assert servers(windows) == set()
     assert not any(r.startswith("teamdesk-task-lab") for r in cw.requirements_for(windows, "3.13"))
+
+
+def test_the_data_folder_is_made_private_but_a_folder_not_ours_keeps_its_mode(tmp_path):
+    """S1: a data folder the project creates is 0700 (0711 as root, so the embedded
+    PostgreSQL's own account can pass through), and one of ours made by an older version
+    at 0755 is tightened; a folder TEAMDESK_DATA_DIR points at that is not ours (a home
+    folder, say) keeps the mode its owner gave it."""
+    import stat
+
+    from teamdesk import devservices
+
+    private = 0o711 if os.geteuid() == 0 else 0o700
+    fresh = tmp_path / "fresh"
+    devservices.make_private_dir(fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == private
+    older = tmp_path / "older"
+    older.mkdir(mode=0o755)
+    older.chmod(0o755)
+    (older / "services.json").write_text("{}")
+    devservices.make_private_dir(older)
+    assert stat.S_IMODE(older.stat().st_mode) == private
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o755)
+    devservices.make_private_dir(home)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o755
