@@ -37,7 +37,7 @@ from labs.gates import Fault
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.redaction import redact
-from teamdesk.tasks.queue import redis_client
+from teamdesk.tasks.queue import delete_prefix, redis_client
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 #: (data folder, port) of servers this process stopped, so it may start them again.
@@ -310,14 +310,11 @@ async def flush_prefix(target: Any) -> int:
     settings = _settings(target)
     client = redis_client(settings)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{settings.queue_prefix}:*",
-                                                  count=500)]
-        for i in range(0, len(keys), 500):
-            await client.delete(*keys[i:i + 500])
+        deleted = await delete_prefix(client, settings.queue_prefix)
     finally:
         await client.aclose()
-    _note(target, f"flushed {len(keys)} keys under prefix {settings.queue_prefix}")
-    return len(keys)
+    _note(target, f"flushed {deleted} keys under prefix {settings.queue_prefix}")
+    return deleted
 
 
 async def flushall_everything(target: Any, *, root: str | Path | None = None) -> None:

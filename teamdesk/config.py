@@ -123,6 +123,20 @@ class Settings:
         """A copy with some fields changed; how tests shorten timings (Q2)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    def to_env(self, *, changed_only: bool = True) -> dict[str, str]:
+        """The environment a child process reads back into these settings with `from_env`
+        (Q2: a worker process gets a lab's timings as values, not as string literals kept
+        beside the settings). `changed_only` leaves out the fields at their default, so the
+        child's own defaults still apply to the rest; URLs are included when set."""
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or (changed_only and value == f.default
+                                 and f.name not in ("database_url", "redis_url")):
+                continue
+            out[env_name(f.name)] = repr(value) if isinstance(value, float) else str(value)
+        return out
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         """Read `DATABASE_URL`, `REDIS_URL` and `TEAMDESK_<FIELD>` overrides.

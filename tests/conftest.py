@@ -15,6 +15,7 @@ from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.templates import clone_database, drop_database
+from teamdesk.tasks.queue import delete_prefix
 
 
 @pytest.fixture(scope="session")
@@ -49,9 +50,7 @@ async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
     """A plain client; at teardown deletes every key under this test's prefix."""
     client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
     yield client
-    keys = [k async for k in client.scan_iter(match=f"{settings.queue_prefix}:*", count=500)]
-    if keys:
-        await client.delete(*keys)
+    await delete_prefix(client, settings.queue_prefix)
     await client.aclose()
 
 

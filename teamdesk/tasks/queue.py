@@ -83,6 +83,19 @@ def create_task_queue(settings: Settings, connection: aioredis.Redis | None = No
     )
 
 
+async def delete_prefix(client: aioredis.Redis, prefix: str) -> int:
+    """Delete every key under `prefix:` (a world's queue, jobs, locks, events, heartbeats),
+    in batches of 500; returns how many went. The one place a prefix is cleared: worlds,
+    labs, faults and tests call it (a `prefix` with a wildcard is refused, so a slip cannot
+    clear someone else's keys)."""
+    if not prefix or any(c in prefix for c in "*?[]"):
+        raise ValueError(f"refusing to delete keys under prefix {prefix!r}")
+    keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=500)]
+    for i in range(0, len(keys), 500):
+        await client.delete(*keys[i:i + 500])
+    return len(keys)
+
+
 def can_look_up_in_bulk(queue: Any) -> bool:
     """Whether `queue` is a bullmq `Queue` on Redis, whose job states `job_states` can read
     in one round trip (fakes and other backends take the per-job path)."""

@@ -42,7 +42,13 @@ from teamdesk.tasks.dispatcher import (
     scan,
 )
 from teamdesk.tasks.ledger import Ledger
-from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task_job_id
+from teamdesk.tasks.queue import (
+    JOB_NAME,
+    create_task_queue,
+    delete_prefix,
+    redis_client,
+    task_job_id,
+)
 from tests.integration.conftest import age_task
 
 SYNC_TIMEOUT = 8.0  # only detects a sync point that never came
@@ -638,11 +644,7 @@ async def test_whole_redis_loss_is_repaired_by_the_rescan(settings, sessions, de
     await dispatch_tasks(sessions, queue, settings)
     await _set(sessions, done, status=TaskStatus.COMPLETED)
 
-    async def flushall_of_this_prefix() -> int:
-        keys = [k async for k in redis.scan_iter(match=f"{settings.queue_prefix}:*")]
-        return await redis.delete(*keys)
-
-    assert await flushall_of_this_prefix() > 0
+    assert await delete_prefix(redis, settings.queue_prefix) > 0
     assert all([await _state(queue, t) is None for t in ids])
     async with sessions() as s, s.begin():
         await s.execute(update(BackgroundTask).values(

@@ -70,3 +70,24 @@ def test_unknown_teamdesk_variable_is_warned_once(caplog):
         Settings.from_env(env)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and typo in lines[0] and "\n" not in lines[0]
+
+
+def test_to_env_round_trips_through_from_env() -> None:
+    """Q2: a child process gets a lab's timings as `Settings.to_env()` and reads the same
+    settings back; fields at their default stay out, so the child keeps its own defaults."""
+    s = Settings(lock_duration_ms=1000, dispatch_tick_s=0.2, redis_timeout_s=1.0,
+                 redis_url="redis://127.0.0.1:1/0")
+    env = s.to_env()
+    assert env == {"REDIS_URL": "redis://127.0.0.1:1/0", "TEAMDESK_LOCK_DURATION_MS": "1000",
+                   "TEAMDESK_DISPATCH_TICK_S": "0.2", "TEAMDESK_REDIS_TIMEOUT_S": "1.0"}
+    assert Settings.from_env(env) == s
+    assert Settings.from_env(s.to_env(changed_only=False)) == s
+
+
+async def test_delete_prefix_refuses_a_wildcard_or_empty_prefix() -> None:
+    """S3 in spirit: clearing a world's keys must never reach another world's prefix."""
+    from teamdesk.tasks.queue import delete_prefix
+
+    for prefix in ("", "lab*", "bull?", "[ab]"):
+        with pytest.raises(ValueError, match="refusing"):
+            await delete_prefix(None, prefix)  # type: ignore[arg-type]
