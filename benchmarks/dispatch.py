@@ -140,7 +140,7 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         idle = []
         for _ in range(ticks):
             t0 = time.perf_counter()
-            report = await dispatch_tasks(sessions, queue, settings)
+            report = await dispatch_tasks(queue, settings)
             idle.append((time.perf_counter() - t0) * 1000)
         assert report.scanned == 0
         print(f"    idle tick (scan + D6 recovery + D7 purge, nothing due): median "
@@ -196,7 +196,7 @@ async def drain_benchmark(base: Settings, n: int) -> None:
             added = ticks = 0
             t0 = time.perf_counter()
             while True:
-                report = await dispatch_tasks(sessions, queue, settings,
+                report = await dispatch_tasks(queue, settings,
                                               concurrency=concurrency)
                 if report.scanned == 0:
                     break

@@ -621,7 +621,7 @@ def _bucket(filename: str, func: str) -> str:
 async def profile_worker(base: Settings, n: int) -> None:
     """One in-process worker (create_task_worker + DispatchLoop, production timings) under
     cProfile for `n` tasks: total (own) time by package, then the top functions."""
-    from teamdesk.tasks.dispatcher import DispatchLoop
+    from teamdesk.tasks.dispatch_loop import DispatchLoop
     from teamdesk.tasks.ledger import Ledger
     from teamdesk.tasks.queue import create_task_queue
     from teamdesk.tasks.worker import create_task_worker
@@ -647,7 +647,7 @@ async def profile_worker(base: Settings, n: int) -> None:
         ledger = await Ledger.pooled(settings.database_url, size=2)
         worker = await create_task_worker(settings, actor="profiled",
                                           ledger=ledger)
-        ticks = DispatchLoop(world.sessions, queue, settings, ledger=ledger)
+        ticks = DispatchLoop(queue, settings, ledger=ledger)
         ticks.start()
         prof.enable()
         t0 = time.perf_counter()

@@ -93,7 +93,7 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
         try:
             for _ in range(scans):
                 t = time.perf_counter()
-                report = await dispatch_tasks(sessions, queue, settings, ledger=ledger)
+                report = await dispatch_tasks(queue, settings, ledger=ledger)
                 idle.append((time.perf_counter() - t) * 1000)
         finally:
             await ledger.close()

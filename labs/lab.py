@@ -753,7 +753,7 @@ class Lab:
         token = _scope.SCOPE.set(_scope.Scope(self, "dispatcher"))
         self.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="")
         try:
-            report = await dispatch_tasks(self.sessions, queue or self.queue, self.settings)
+            report = await dispatch_tasks(queue or self.queue, self.settings)
         except Exception as err:
             self.history.add(actor="dispatcher", type="fail", op="dispatch",
                              detail=f"{type(err).__name__}: {err}")

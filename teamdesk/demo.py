@@ -125,7 +125,7 @@ async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
                                                 settings=world)
         await step(1, f"ben requests an export: task {task.id}, WAITING, run 0 (outbox row, "
                       "no Redis call yet)", task.id)
-        await dispatch_tasks(sessions, queue, world)
+        await dispatch_tasks(queue, world)
         await step(2, f"the dispatcher adds job {task_job_id(task.id, 0)} and notes "
                       "dispatched_at", task.id)
         workers.append(await create_task_worker(

@@ -40,18 +40,17 @@ multi-row UPDATEs (mark, fail from queue, recovery + purge) meet the same rows, 
 locks its rows in id order before updating them and runs as a transaction of its own:
 dispatchers never deadlock each other (D8; the argument is in `queries.sql`).
 
-`DispatchLoop` (the worker process's tick) runs ticks about every `dispatch_tick_s`
-(jittered), never two at once (D8); a tick whose scan came back full runs further scan
-rounds at once, within `dispatch_budget_s`, before the recovery and purge tail.
+`dispatch_loop.DispatchLoop` (the worker process's tick) runs ticks about every
+`dispatch_tick_s` (jittered), never two at once (D8); a tick whose scan came back full
+runs further scan rounds at once, within `dispatch_budget_s`, before the recovery and
+purge tail. D4's decision table is `reconcile.decide`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -61,19 +60,14 @@ from typing import Any, Protocol
 
 import psycopg
 from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from teamdesk import probes
 from teamdesk.config import Settings
 from teamdesk.tasks.ledger import QUERIES, Ledger, execute, fetch_all, fetch_one
 from teamdesk.tasks.queue import JOB_NAME, can_look_up_in_bulk, job_states, task_job_id
+from teamdesk.tasks.reconcile import QUEUED_STATES, Decision, decide
 
 log = logging.getLogger("teamdesk.dispatcher")
-
-#: Queue states that mean "already queued, an executor will get it" (D4): refresh only.
-#: `paused` is what older Redis versions' getState script reports for a paused queue.
-QUEUED_STATES = frozenset(
-    {"waiting", "delayed", "active", "prioritized", "waiting-children", "paused"})
 
 #: The fixed, readable `last_error` of a task the queue gave up on while no executor held
 #: it (D4 failed branch, W3). No driver text, no stack trace (P8).
@@ -142,29 +136,20 @@ class DispatchReport:
     yielded: bool = False
 
     def __str__(self) -> str:
-        # Fields added later show only when they say something (a D9 failure, a catch-up),
-        # so the line the notebooks and logs print for an ordinary tick keeps its shape.
-        quiet = {"failed_stalled": 0, "rounds": 1, "backlog": False, "yielded": False}
+        """`scanned=… added=… … failed_stalled=…`: every count, always; then how the tick
+        ran (`rounds`, `backlog`, `yielded`) only when it was not one plain round — the
+        book's tick is one round, and a line for one reads as the book's."""
+        plain = {"rounds": 1, "backlog": False, "yielded": False}
         return " ".join(
             f"{f.name}={str(v).lower() if isinstance(v, bool) else v}"
             for f in fields(self)
-            if (v := getattr(self, f.name)) != quiet.get(f.name, object()))
+            if (v := getattr(self, f.name)) != plain.get(f.name, object()))
 
     def add(self, other: DispatchReport) -> None:
         """Count `other` (a later round or the tail of the same tick) into this report."""
         for f in fields(self):
             if f.name not in ("rounds", "backlog", "yielded"):
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-class _Outcome(enum.Enum):
-    ADDED = "added"
-    REFRESHED = "refreshed"
-    RE_ADDED = "re_added"
-    #: Queue says failed and the ledger row has no lease: fail it (conditionally).
-    FAIL = "fail"
-    #: Nothing to do and nothing to mark (failed job but the row carries a lease).
-    LEFT = "left"
 
 
 @dataclass(frozen=True)
@@ -206,11 +191,9 @@ def scan_query(settings: Settings, now: datetime | None = None) -> TextClause:
 
 
 async def dispatch_tasks(
-    sessions: async_sessionmaker[AsyncSession] | None,
     queue: DispatchQueue,
     settings: Settings,
     *,
-    now: datetime | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     ledger: Ledger | None = None,
     recover: bool = True,
@@ -226,13 +209,11 @@ async def dispatch_tasks(
     two doing it in step would add every row twice (D5: harmless, but half the speed).
 
     The SQL runs on one connection from `ledger` (default: one fresh connection to
-    `settings.database_url` for this call); `sessions` is no longer used and kept so
-    callers need not change. `now` is ignored: every time comparison is made in the
-    database's clock (D6 made precise); age rows to move a task's clock. Raises on the
-    first Redis or database error (D8): a Redis call that does not answer within
-    `settings.redis_timeout_s` raises `QueueTimeout`.
+    `settings.database_url` for this call). There is no `now`: every time comparison is
+    made in the database's clock (D6 made precise); age rows to move a task's clock.
+    Raises on the first Redis or database error (D8): a Redis call that does not answer
+    within `settings.redis_timeout_s` raises `QueueTimeout`.
     """
-    del sessions, now  # see the docstring: kept for the callers' signature only
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     started = time.perf_counter()
@@ -331,19 +312,20 @@ async def recover_and_purge(conn: psycopg.AsyncConnection,
     return row.failed_stalled, row.recovered_stale, row.purged
 
 
+#: The decisions after which a row's `dispatched_at` is marked (D3), each with the count
+#: of the report it goes to.
+_MARKED = {Decision.ADD: "added", Decision.REFRESH: "refreshed", Decision.RE_ADD: "re_added"}
+
+
 async def _write_outcomes(conn: psycopg.AsyncConnection,
-                          outcomes: Sequence[tuple[_Row, _Outcome]],
+                          outcomes: Sequence[tuple[_Row, Decision]],
                           report: DispatchReport) -> None:
-    marked = [row for row, o in outcomes
-              if o in (_Outcome.ADDED, _Outcome.REFRESHED, _Outcome.RE_ADDED)]
-    failing = [row for row, o in outcomes if o is _Outcome.FAIL]
-    for _row, o in outcomes:
-        if o is _Outcome.ADDED:
-            report.added += 1
-        elif o is _Outcome.REFRESHED:
-            report.refreshed += 1
-        elif o is _Outcome.RE_ADDED:
-            report.re_added += 1
+    """Write what the Redis side decided and did: D3's mark, D4's conditional fail."""
+    marked = [row for row, d in outcomes if d in _MARKED]
+    failing = [row for row, d in outcomes if d is Decision.FAIL]
+    for _row, d in outcomes:
+        if d in _MARKED:
+            setattr(report, _MARKED[d], getattr(report, _MARKED[d]) + 1)
     # Two statements, each its own autocommit transaction (D8): each locks its rows in id
     # order, and the mark's locks are released before the fail's are taken. In one
     # transaction the two sorted sets would be locked one after the other — not one order,
@@ -372,15 +354,15 @@ class _Tick:
         self.settings = settings
 
     async def reconcile(self, rows: Sequence[_Row], concurrency: int
-                        ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
+                        ) -> tuple[list[tuple[_Row, Decision]], BaseException | None]:
         """Reconcile rows in scan order; on the first error no further row is started (D8).
         Returns the outcomes of the rows that succeeded and the error.
 
         With a bullmq queue on Redis one round trip reads every row's job state
         (`queue.job_states`) instead of `getJob` + `getState` per row; then the
         rows without a job are added one by one (each after its own `dispatch.before_add`)
-        and the rare completed/orphaned records take the per-job remove + add. The
-        decisions are D4's, row by row, exactly as in `reconcile_one`. Other queues (the
+        and the rare completed/orphaned records take the per-job remove + add. Both paths
+        ask `reconcile.decide` (D4's table) for each row. Other queues (the
         book's offline fake) take `reconcile_one` per row, `concurrency` rows at a time."""
         if not rows:
             return [], None
@@ -392,20 +374,17 @@ class _Tick:
                                          job_states(self.queue, job_ids))  # type: ignore[arg-type]
         except Exception as err:
             return [], err
-        outcomes: list[tuple[_Row, _Outcome]] = []
+        outcomes: list[tuple[_Row, Decision]] = []
         to_add: list[_Row] = []
         to_re_add: list[_Row] = []
         for row, state in zip(rows, states, strict=True):
-            if state is None:
-                to_add.append(row)  # D4: no job → add (D2)
-            elif state in QUEUED_STATES:
-                outcomes.append((row, _Outcome.REFRESHED))  # D4: already queued
-            elif state == "failed":
-                # D4: failed, see reconcile_one: only a row without a lease is failed.
-                outcomes.append((row, _Outcome.FAIL if row.execution_id is None
-                                 else _Outcome.LEFT))
+            decision = decide(state, leased=row.execution_id is not None)
+            if decision is Decision.ADD:
+                to_add.append(row)
+            elif decision is Decision.RE_ADD:
+                to_re_add.append(row)
             else:
-                to_re_add.append(row)  # D4 (inferred): completed / unknown
+                outcomes.append((row, decision))
         # D2, one add per row after its own `dispatch.before_add`, up to `concurrency` at
         # a time: a probe holding one row must not hold back the adds of the others (a
         # single addBulk after all the probes would).
@@ -417,12 +396,12 @@ class _Tick:
         return outcomes, error
 
     async def _each(self, rows: Sequence[_Row], concurrency: int,
-                    one: Callable[[_Row], Awaitable[_Outcome]]
-                    ) -> tuple[list[tuple[_Row, _Outcome]], BaseException | None]:
+                    one: Callable[[_Row], Awaitable[Decision]]
+                    ) -> tuple[list[tuple[_Row, Decision]], BaseException | None]:
         """`one(row)` for each row, up to `concurrency` rows at a time, in scan order. On
         the first error no further row is started (D8); rows already in flight finish
         (their Redis calls are bounded)."""
-        outcomes: list[tuple[_Row, _Outcome]] = []
+        outcomes: list[tuple[_Row, Decision]] = []
         errors: list[Exception] = []
         pending = iter(rows)
 
@@ -444,8 +423,8 @@ class _Tick:
             first.add_note(f"{len(errors) - 1} more row(s) failed in the same tick")
         return outcomes, first
 
-    async def reconcile_one(self, row: _Row) -> _Outcome:
-        """D4 for one row; every branch names its rule."""
+    async def reconcile_one(self, row: _Row) -> Decision:
+        """D4 for one row, with the per-job calls a queue without bulk reads offers."""
         job_id = task_job_id(row.id, row.run)
         get_state = getattr(self.queue, "getJobState", None)
         if row.rechecked and get_state is not None:
@@ -453,46 +432,32 @@ class _Tick:
             # re-dispatch age): one state call decides that case, without loading and
             # parsing the job. Any other answer takes the full path below.
             if await self._bounded(f"getJobState({job_id})", get_state(job_id)) in QUEUED_STATES:
-                return _Outcome.REFRESHED
+                return Decision.REFRESH
         job = await self._bounded(f"getJob({job_id})", self.queue.getJob(job_id))
-        if job is None:
-            # D4: no job → add (D2).
-            await self._add(row, job_id)
-            return _Outcome.ADDED
-        state = await self._bounded(f"getState({job_id})", job.getState())
-        if state in QUEUED_STATES:
-            # D4: waiting / delayed / active / prioritized / waiting-children (/ paused):
-            # already queued, an executor will get it. Refresh dispatched_at only (D3).
-            return _Outcome.REFRESHED
-        if state == "failed":
-            # D4: failed while the ledger is WAITING for this run. Only without a lease;
-            # the conditional UPDATE re-checks (id, run, WAITING, execution_id NULL).
-            # A WAITING row with a lease should not exist (P7, D6 and R2 clear it); if one
-            # does, leave it alone rather than fail a task someone may own.
-            return _Outcome.FAIL if row.execution_id is None else _Outcome.LEFT
-        # D4 (inferred): `completed` while the ledger is still WAITING for this run — the
-        # executor returned early (P1/P6, e.g. after losing its lease) and the record would
-        # de-duplicate every new add for ~24 h. Decision (ours): a record in no state at
-        # all (`unknown`: partial key loss, e.g. a lost wait list) is handled the same way,
-        # since adding on top of it would be ignored as a duplicate and the task would
-        # never run. Remove the old record, then add again.
-        return await self._re_add(row)
+        state = (None if job is None
+                 else await self._bounded(f"getState({job_id})", job.getState()))
+        decision = decide(state, leased=row.execution_id is not None)
+        if decision is Decision.ADD:
+            return await self._add_new(row)
+        if decision is Decision.RE_ADD:
+            return await self._re_add(row)
+        return decision
 
-    async def _add_new(self, row: _Row) -> _Outcome:
+    async def _add_new(self, row: _Row) -> Decision:
         """D4: no job → add (D2)."""
         await self._add(row, task_job_id(row.id, row.run))
-        return _Outcome.ADDED
+        return Decision.ADD
 
-    async def _re_add(self, row: _Row) -> _Outcome:
+    async def _re_add(self, row: _Row) -> Decision:
         """D4 (inferred): remove the completed or orphaned record, then add again."""
         job_id = task_job_id(row.id, row.run)
         removed = await self._bounded(f"remove({job_id})", self.queue.remove(job_id))
         if not removed:
             # removeJob refuses a locked job: a worker holds it right now (another
             # dispatcher re-added it and it was picked up), so it is queued after all.
-            return _Outcome.REFRESHED
+            return Decision.REFRESH
         await self._add(row, job_id)
-        return _Outcome.RE_ADDED
+        return Decision.RE_ADD
 
     async def _add(self, row: _Row, job_id: str) -> None:
         """D2: `add("execute", {taskId, run}, jobId=task_job_id, delay=max(0, run_at-now))`.
@@ -518,243 +483,3 @@ def _many(call: str, job_ids: Sequence[str]) -> str:
     """How a bulk Redis call is named in a `QueueTimeout` (the job ids it was about)."""
     more = f" and {len(job_ids) - 1} more" if len(job_ids) > 1 else ""
     return f"{call}({job_ids[0]}{more})"
-
-
-# ---------------------------------------------------------------- the tick loop (D8)
-
-DispatchFn = Callable[..., Awaitable[DispatchReport]]
-LoopListener = Callable[[str, dict[str, Any]], None]
-
-#: What a committed INSERT into the ledger notifies (migration 0003's trigger): a loop
-#: that listens starts a tick at once (D8).
-OUTBOX_CHANNEL = "teamdesk_outbox"
-
-#: How far each interval between two ticks is drawn from `dispatch_tick_s`, either way
-#: (D8: "about every 3 s"): worker processes started together drift apart instead of
-#: scanning the same rows in phase. The mean interval stays the tick.
-TICK_JITTER = 0.2
-
-
-class DispatchLoop:
-    """Tick the dispatcher about every `settings.dispatch_tick_s`, never two ticks at once
-    (D8), the way the book's worker lifecycle does: a timer triggers ticks, and a trigger
-    that finds the previous tick still running is *skipped*, not overlapped. A tick that
-    raises is logged as one `dispatch.fault error=<type>: <message>` line (no traceback),
-    kept in `last_error` and counted in `faults`; the next trigger tries again.
-
-    One tick (D8 made precise): a scan round (`dispatch(..., recover=False)`); a scan that
-    came back full (`dispatch_batch_size` rows) means a backlog, so the next round follows
-    at once — one at a time, each bounded by the batch size — until a scan comes back
-    short, a full round changed nothing (the next scan would return the same rows), or
-    the tick's budget is spent (`dispatch_budget_s`, never more than `redispatch_age_s`,
-    after which the rows the tick marked come due again), or another process's loop is
-    already catching up (`catch_up`: one at a time). Then the tail (D6, D9, D7) once,
-    and one `dispatch.tick` line for the whole tick. If the budget ended the rounds on a
-    full scan (`report.backlog`), the next tick starts at once instead of after the
-    interval: a burst drains at the queue's speed, not 100 rows per tick, and the tail
-    still runs after every budget. `dispatch_budget_s` 0 is the book's loop: one scan per
-    tick, then the interval.
-
-    The interval before the next tick is drawn from `dispatch_tick_s` ± `TICK_JITTER`
-    (`rng`, injectable for tests), so the dispatchers of several processes are not kept
-    in phase on purpose; where their scans still meet, D5's duplicates are harmless, and
-    their UPDATEs lock rows in one order (D8, `queries.sql`). The first tick starts at
-    once.
-
-    With `listen` (the worker process), the loop also LISTENs on `OUTBOX_CHANNEL`: a
-    committed INSERT of task rows (O1) wakes it, and a tick starts at once — right after
-    the running one, never beside it — so a new task does not wait up to a whole
-    interval. The timer stays the safety net: a notification sent while nobody listened
-    (or a listening connection that broke, retried after an interval) only costs that
-    speed-up; the next tick finds the row anyway (D1).
-
-    `listener(event, info)` (optional) sees `tick.start`, `tick.round`, `tick.done`,
-    `tick.fault`, `tick.skipped` and `listen.ready`; tests and labs use it to synchronise
-    with the loop without sleeping. `dispatch` is the round function (default
-    `dispatch_tasks`); a test may wrap it.
-    """
-
-    def __init__(
-        self,
-        sessions: async_sessionmaker[AsyncSession],
-        queue: DispatchQueue,
-        settings: Settings,
-        *,
-        dispatch: DispatchFn = dispatch_tasks,
-        listener: LoopListener | None = None,
-        ledger: Ledger | None = None,
-        rng: random.Random | None = None,
-        listen: bool = False,
-    ) -> None:
-        self.sessions = sessions
-        #: The worker process's pool, shared with its task worker; None: each
-        #: tick opens connections of its own.
-        self.ledger = ledger
-        self.queue = queue
-        self.settings = settings
-        self.dispatch = dispatch
-        self.listener = listener
-        self.rng = rng or random.Random()
-        self.listen = listen
-        self._listening: asyncio.Task[None] | None = None
-        self.ticks = 0
-        self.faults = 0
-        self.skipped = 0
-        self.last_error: BaseException | None = None
-        self.last_report: DispatchReport | None = None
-        self._timer: asyncio.Task[None] | None = None
-        self._current: asyncio.Task[DispatchReport | None] | None = None
-        self._stopping = asyncio.Event()
-        #: Set to end the timer's wait early: by `stop()`, or by a tick that ended with
-        #: its budget spent on a backlog (the next tick follows at once).
-        self._wake = asyncio.Event()
-
-    @property
-    def running(self) -> bool:
-        return self._timer is not None and not self._timer.done()
-
-    def start(self) -> None:
-        """Start ticking (the first tick right away). Needs a running event loop."""
-        if self.running:
-            raise RuntimeError("dispatch loop is already running")
-        self._stopping = asyncio.Event()
-        self._wake = asyncio.Event()
-        self._timer = asyncio.create_task(self._run(), name="teamdesk-dispatch-loop")
-        if self.listen:
-            self._listening = asyncio.create_task(self._listen(),
-                                                  name="teamdesk-dispatch-listen")
-
-    async def stop(self, timeout: float | None = None) -> None:
-        """Stop triggering ticks and await the current one, at most `timeout` seconds
-        (default: 2 × `redis_timeout_s` + 5 s, more than a tick's bounded Redis calls; a
-        tick catching up starts no further round once stopping). A tick still running
-        after that is cancelled: anything it left undone is redone by a later tick (D3,
-        D5, D6)."""
-        self._stopping.set()
-        self._wake.set()
-        if self._listening is not None:
-            self._listening.cancel()
-            await asyncio.wait({self._listening}, timeout=5.0)
-            self._listening = None
-        if timeout is None:
-            timeout = 2 * self.settings.redis_timeout_s + 5.0
-        tasks = {t for t in (self._timer, self._current) if t is not None and not t.done()}
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=timeout)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=timeout)
-                log.warning("dispatch.stop tick_cancelled_after_s=%g", timeout)
-        self._timer = None
-
-    def trigger(self) -> bool:
-        """Start a tick now unless one is running (D8). Returns whether one started."""
-        if self._current is not None and not self._current.done():
-            self.skipped += 1
-            self._emit("tick.skipped", skipped=self.skipped)
-            return False
-        self._current = asyncio.create_task(self._tick(), name="teamdesk-dispatch-tick")
-        return True
-
-    async def tick_once(self) -> DispatchReport | None:
-        """Trigger a tick and await it (or await the one already running): for the worker
-        process and labs that want a tick now without overlapping the timer's."""
-        self.trigger()
-        assert self._current is not None
-        return await asyncio.shield(self._current)
-
-    def next_interval(self) -> float:
-        """Seconds from one tick's start to the next: `dispatch_tick_s` ± `TICK_JITTER`."""
-        return self.settings.dispatch_tick_s * (1.0 + self.rng.uniform(-TICK_JITTER,
-                                                                        TICK_JITTER))
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        due = loop.time()
-        while not self._stopping.is_set():
-            self._wake.clear()
-            self.trigger()
-            due += self.next_interval()
-            if due < loop.time():  # ticks overran several intervals: do not burst
-                due = loop.time() + self.next_interval()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), due - loop.time())
-            if self._wake.is_set() and not self._stopping.is_set():
-                # A tick spent its budget on a backlog, or new rows were committed (D8):
-                # the next tick starts now, after the running one.
-                current = self._current
-                if current is not None and not current.done():
-                    await asyncio.wait({current})
-                due = loop.time()
-
-    async def _listen(self) -> None:
-        """Wake the timer on each outbox notification (see the class docstring)."""
-        while not self._stopping.is_set():
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.settings.database_url or "",
-                                                             autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
-                    self._emit("listen.ready")
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except Exception as err:  # e.g. PostgreSQL restarted: the timer still ticks
-                message = (str(err).strip().splitlines() or [""])[0]
-                log.warning("dispatch.listen_failed error=%s: %s", type(err).__name__,
-                            message)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.settings.dispatch_tick_s)
-
-    async def _tick(self) -> DispatchReport | None:
-        self.ticks += 1
-        tick = self.ticks
-        self._emit("tick.start", tick=tick)
-        loop = asyncio.get_running_loop()
-        started, clock = time.perf_counter(), loop.time()
-        budget = min(self.settings.dispatch_budget_s, self.settings.redispatch_age_s)
-        try:
-            extra = {"ledger": self.ledger} if self.ledger is not None else {}
-            report = DispatchReport(rounds=0)
-            while True:
-                # Rounds after the first are catch-up rounds: one process at a time.
-                more = {"catch_up": True} if report.rounds else {}
-                last = await self.dispatch(self.sessions, self.queue, self.settings,
-                                           recover=False, **extra, **more)
-                if last.yielded:
-                    break  # another process is catching up on this backlog (D8, D5)
-                report.add(last)
-                report.rounds += 1
-                self._emit("tick.round", tick=tick, round=report.rounds, report=last)
-                if not self._backlog(last) or self._stopping.is_set():
-                    break
-                if loop.time() - clock >= budget:
-                    # Budget spent with the backlog still there: the next tick follows
-                    # at once (budget 0, the book's loop, waits the interval).
-                    report.backlog = budget > 0
-                    break
-            report.add(await dispatch_tail(self.settings, ledger=self.ledger))
-        except Exception as err:
-            self.faults += 1
-            self.last_error = err
-            message = (str(err).strip().splitlines() or [""])[0]
-            log.error("dispatch.fault error=%s: %s", type(err).__name__, message)
-            self._emit("tick.fault", tick=tick, error=err)
-            return None
-        log.info("dispatch.tick %s ms=%d", report,
-                 round((time.perf_counter() - started) * 1000))
-        self.last_report = report
-        self._emit("tick.done", tick=tick, report=report)
-        if report.backlog and not self._stopping.is_set():
-            self._wake.set()
-        return report
-
-    def _backlog(self, last: DispatchReport) -> bool:
-        """D8: a scan that came back full means a backlog — unless the round changed no
-        row (then the next scan would return the same rows)."""
-        changed = last.added + last.refreshed + last.re_added + last.failed_from_queue
-        return last.scanned >= self.settings.dispatch_batch_size and changed > 0
-
-    def _emit(self, event: str, **info: Any) -> None:
-        if self.listener is not None:
-            self.listener(event, info)

@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.tasks.dispatcher import DispatchLoop
+from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue, redis_client
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
@@ -90,7 +90,7 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     worker.start()
     # The tick runs on the ledger (D8); the loop's `sessions` argument is not used by it.
     # D8: a committed outbox INSERT wakes the tick at once (LISTEN, migration 0003).
-    ticks = DispatchLoop(None, queue, settings, ledger=ledger, listen=True)
+    ticks = DispatchLoop(queue, settings, ledger=ledger, listen=True)
     ticks.start()
     started = datetime.now(UTC).isoformat()
     log.info("worker.started name=%s pid=%s queue=%s prefix=%s concurrency=%s", name,

@@ -43,7 +43,7 @@ async def test_tasks_table_shows_ledger_and_queue(settings, sessions, demo, queu
 
     async with sessions() as s:
         task = await exports.request_export(s, "acme", "ben", {})
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     out = _run(settings, "tasks")
     assert out.returncode == 0, out.stderr
     header, line = out.stdout.splitlines()[:2]

@@ -33,9 +33,9 @@ from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket, TicketStatus
 from teamdesk.errors import ExportExpired
 from teamdesk.services import exports
+from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.dispatcher import (
     QUEUE_FAILED_ERROR,
-    DispatchLoop,
     DispatchReport,
     QueueTimeout,
     dispatch_tasks,
@@ -216,7 +216,7 @@ async def test_scan_order_limit_and_cutoff(settings, sessions, demo, queue):
         scanned = [r.id for r in await scan(conn, settings)]
     assert scanned == expected[:100]
 
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.added) == (100, 100)
     states = {tid: await _state(queue, tid) for tid in expected + excluded}
     assert all(states[t] in ("waiting", "delayed") for t in expected[:100])
@@ -228,7 +228,7 @@ async def test_scan_order_limit_and_cutoff(settings, sessions, demo, queue):
     assert len(first_marks) == 1 and first_marks.pop() > now  # D3: marked after the add
     assert {marks[t] for t in expected[100:]} == {now - timedelta(seconds=31)}  # untouched
 
-    report = await dispatch_tasks(sessions, queue, settings)  # the rest, same clock
+    report = await dispatch_tasks(queue, settings)  # the rest, same clock
     assert (report.scanned, report.added) == (5, 5)
     assert all([await _state(queue, t) in ("waiting", "delayed") for t in expected[100:]])
     assert all([await _state(queue, t) is None for t in excluded])
@@ -241,7 +241,7 @@ async def test_future_run_at_is_a_delayed_job_now(settings, sessions, demo, queu
     now = datetime.now(UTC)
     tomorrow = await _insert(sessions, type=TaskType.REMINDER, run_at=now + timedelta(days=1))
     overdue = await _insert(sessions, run_at=now - timedelta(hours=2))
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.added) == (2, 2)
 
     job = await queue.getJob(task_job_id(tomorrow, 0))
@@ -273,7 +273,7 @@ async def test_dispatched_at_only_after_add_and_never_reverts_completed(
             await _set(sessions, task_id, status=TaskStatus.COMPLETED, progress=100)
 
     with probes.installed(fast_worker):
-        report = await dispatch_tasks(sessions, queue, settings)
+        report = await dispatch_tasks(queue, settings)
     assert seen["dispatched_at"] is None and seen["status"] is TaskStatus.WAITING
     assert report.added == 1 and await _state(queue, task_id) == "waiting"  # the add happened
     row = await _row(sessions, task_id)
@@ -289,10 +289,10 @@ async def test_failed_add_writes_no_dispatched_at(settings, sessions, demo, queu
         raise RuntimeError("injected before add")
 
     with probes.installed(fault), pytest.raises(RuntimeError, match="injected before add"):
-        await dispatch_tasks(sessions, queue, settings)
+        await dispatch_tasks(queue, settings)
     assert await _state(queue, task_id) is None
     assert (await _row(sessions, task_id))["dispatched_at"] is None
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.added == 1 and (await _row(sessions, task_id))["dispatched_at"] is not None
 
 
@@ -305,9 +305,9 @@ async def test_waiting_and_delayed_jobs_are_refreshed_only(settings, sessions, d
     now = datetime.now(UTC)
     waiting = await _insert(sessions)
     delayed = await _insert(sessions, run_at=now + timedelta(hours=1))
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     aged_at = await _age(sessions, waiting, delayed)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.refreshed, report.added, report.re_added) == (2, 2, 0, 0)
     assert await _state(queue, waiting) == "waiting"
     job = await queue.getJob(task_job_id(delayed, 0))
@@ -328,11 +328,11 @@ async def test_active_job_is_refreshed_only(settings, sessions, demo, queue):
         await asyncio.wait_for(release.wait(), SYNC_TIMEOUT)
         return "done"
 
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     async with _worker(settings, parked):
         await _wait(entered, "the worker took the job")
         aged_at = await _age(sessions, task_id)
-        report = await dispatch_tasks(sessions, queue, settings)
+        report = await dispatch_tasks(queue, settings)
         assert (report.refreshed, report.added, report.re_added) == (1, 0, 0)
         assert await _state(queue, task_id) == "active"
         release.set()
@@ -350,14 +350,14 @@ async def test_completed_job_while_ledger_waiting_is_removed_and_added_again(
     async def returns_early(job: Job, token: str) -> str:
         return "lease lost; nothing written"  # does not touch the ledger
 
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     async with _worker(settings, returns_early) as worker:
         worker.on("completed", lambda job, result: completed.set())
         await _wait(completed, "the worker completed the job")
     assert await _state(queue, task_id) == "completed"
 
     aged_at = await _age(sessions, task_id)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.re_added, report.added, report.refreshed) == (1, 0, 0)
     job = await queue.getJob(task_job_id(task_id, 0))
     assert await job.getState() == "waiting" and not job.finishedOn  # a fresh record
@@ -370,11 +370,11 @@ async def test_orphaned_job_record_is_removed_and_added_again(settings, sessions
     list key was lost) would swallow a plain add as a duplicate; it is removed and added
     again, like the completed case."""
     task_id = await _insert(sessions)
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     await redis.delete(queue.toKey("wait"))
     assert await _state(queue, task_id) == "unknown"
     await _age(sessions, task_id)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.re_added == 1 and await _state(queue, task_id) == "waiting"
 
 
@@ -394,7 +394,7 @@ async def test_failed_job_with_waiting_unleased_ledger_sets_failed(settings, ses
     """D4, W3: the queue gave up (failed) while the ledger is WAITING with no lease for that
     run → FAILED with a fixed readable last_error; not marked, not re-added."""
     task_id = await _insert(sessions)
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     await _fail_job(settings)
     assert await _state(queue, task_id) == "failed"
 
@@ -402,7 +402,7 @@ async def test_failed_job_with_waiting_unleased_ledger_sets_failed(settings, ses
     await _age(sessions, task_id)
     aged = (await _row(sessions, task_id))["dispatched_at"]
     assert aged < before
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.failed_from_queue, report.added, report.re_added, report.refreshed) == (
         1, 0, 0, 0)
     row = await _row(sessions, task_id)
@@ -420,7 +420,7 @@ async def test_failed_job_does_not_fail_a_row_claimed_during_the_tick(settings, 
     claim happens at another row's `dispatch.before_add`, which is after the scan and before
     any write of this tick, however the rows are interleaved (that row sorts first)."""
     claimed = await _insert(sessions)
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     await _fail_job(settings)
     fresh = await _insert(sessions)  # dispatched_at NULL: scanned before `claimed`
     await _age(sessions, claimed)
@@ -431,7 +431,7 @@ async def test_failed_job_does_not_fail_a_row_claimed_during_the_tick(settings, 
                        attempts=1)
 
     with probes.installed(executor_claims):
-        report = await dispatch_tasks(sessions, queue, settings)
+        report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.added, report.failed_from_queue) == (2, 1, 0)
     row = await _row(sessions, claimed)
     assert (row["status"], row["execution_id"], row["last_error"]) == (
@@ -445,22 +445,22 @@ async def test_failed_job_never_fails_a_running_row_until_recovered(settings, se
     the 120 s clock) does a *later* tick see WAITING + no lease + failed and set FAILED:
     recovery runs after the dispatch loop, so it takes two ticks."""
     task_id = await _insert(sessions)
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     await _fail_job(settings)
     await _set(sessions, task_id, status=TaskStatus.RUNNING, execution_id="exec-live",
                dispatched_at=datetime.now(UTC) - timedelta(minutes=5))
     before = await _row(sessions, task_id)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report == DispatchReport()
     assert await _row(sessions, task_id) == before  # untouched, updated_at included
 
     await _set(sessions, task_id, updated_at=datetime.now(UTC) - timedelta(seconds=121))
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.recovered_stale, report.failed_from_queue) == (1, 0)
     row = await _row(sessions, task_id)
     assert (row["status"], row["execution_id"], row["dispatched_at"]) == (
         TaskStatus.WAITING, None, None)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.failed_from_queue == 1
     assert (await _row(sessions, task_id))["status"] is TaskStatus.FAILED
 
@@ -482,7 +482,7 @@ async def test_stale_running_goes_back_to_waiting_same_run(settings, sessions, d
     await _set(sessions, alive, updated_at=now - timedelta(seconds=60))
     alive_before = await _row(sessions, alive)
 
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.recovered_stale) == (0, 1)
     row = await _row(sessions, stale)
     assert (row["status"], row["run"], row["execution_id"], row["dispatched_at"]) == (
@@ -491,7 +491,7 @@ async def test_stale_running_goes_back_to_waiting_same_run(settings, sessions, d
     assert await _row(sessions, alive) == alive_before
     assert await _state(queue, stale, run=2) is None
 
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.added == 1 and await _state(queue, stale, run=2) == "waiting"
 
 
@@ -512,7 +512,7 @@ async def test_expired_export_csv_is_purged_and_download_refused_before(settings
             await exports.download_export(s, "acme", "dan", expired)
     assert (await _row(sessions, expired))["result_csv"] is not None  # not purged yet
 
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.purged == 1
     row = await _row(sessions, expired)
     assert (row["status"], row["result_csv"], row["result_summary"]) == (
@@ -536,7 +536,7 @@ async def test_redis_offline_add_keeps_task_waiting_undispatched(settings, sessi
     await _set(sessions, stale, updated_at=datetime.now(UTC) - timedelta(hours=1))
     offline = OfflineQueue()
     with pytest.raises(ConnectionError, match="Redis offline"):
-        await dispatch_tasks(sessions, offline, settings)
+        await dispatch_tasks(offline, settings)
     assert offline.adds == 1
     row = await _row(sessions, task_id)
     assert (row["status"], row["dispatched_at"]) == (TaskStatus.WAITING, None)
@@ -564,7 +564,7 @@ async def test_real_redis_outage_fails_fast_then_recovers_to_download(
         task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
     before = await _row(sessions, task.id)
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, listener=events)
+    loop = DispatchLoop(queue, settings, listener=events)
     devservices.stop_redis()
     try:
         loop.start()
@@ -623,7 +623,7 @@ async def test_hung_redis_tick_is_bounded_by_redis_timeout(settings, sessions, d
     try:
         started = time.monotonic()
         with pytest.raises(QueueTimeout, match=rf"getJob\({task_id}-0\) within 0.5 s"):
-            await dispatch_tasks(sessions, patient, settings)
+            await dispatch_tasks(patient, settings)
         elapsed = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -641,7 +641,7 @@ async def test_whole_redis_loss_is_repaired_by_the_rescan(settings, sessions, de
     next scan re-adds the lost jobs; a task COMPLETED meanwhile is not re-added."""
     ids = [await _insert(sessions) for _ in range(3)]
     done = await _insert(sessions)
-    await dispatch_tasks(sessions, queue, settings)
+    await dispatch_tasks(queue, settings)
     await _set(sessions, done, status=TaskStatus.COMPLETED)
 
     assert await delete_prefix(redis, settings.queue_prefix) > 0
@@ -649,7 +649,7 @@ async def test_whole_redis_loss_is_repaired_by_the_rescan(settings, sessions, de
     async with sessions() as s, s.begin():
         await s.execute(update(BackgroundTask).values(
             dispatched_at=datetime.now(UTC) - timedelta(seconds=31)))
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert (report.scanned, report.added) == (3, 3)
     assert all([await _state(queue, t) == "waiting" for t in ids])
     assert await _state(queue, done) is None
@@ -688,7 +688,7 @@ async def test_loop_never_overlaps_ticks_and_stop_is_bounded(settings, sessions,
                 or (event == "tick.start" and info["tick"] >= 2))
 
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, dispatch=counting, listener=events)
+    loop = DispatchLoop(queue, settings, dispatch=counting, listener=events)
     with probes.installed(gate):
         loop.start()
         try:
@@ -728,7 +728,7 @@ async def test_loop_logs_a_fault_and_the_next_tick_runs(settings, sessions, demo
         return await dispatch_tasks(*args, **kwargs)
 
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, dispatch=first_fails, listener=events)
+    loop = DispatchLoop(queue, settings, dispatch=first_fails, listener=events)
     loop.start()
     try:
         await events.until("a successful tick", lambda e, i: e == "tick.done")
@@ -743,7 +743,7 @@ async def test_loop_logs_a_fault_and_the_next_tick_runs(settings, sessions, demo
     assert faults[0].exc_info is None and faults[0].levelno == logging.ERROR
     ticks = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dispatch.tick")]
     assert ticks[0].startswith("dispatch.tick scanned=1 added=1 refreshed=0 re_added=0 "
-                               "failed_from_queue=0 recovered_stale=0 purged=0 ms=")
+                               "failed_from_queue=0 recovered_stale=0 purged=0 failed_stalled=0 ms=")
     assert await _state(queue, task_id) == "waiting"
     assert (await _row(sessions, task_id))["dispatched_at"] is not None
 
@@ -782,7 +782,7 @@ async def test_loop_tick_drains_a_backlog_round_after_round_until_a_short_scan(
     stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
     await age_task(sessions, stale, 121)
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, listener=events)
+    loop = DispatchLoop(queue, settings, listener=events)
     loop.start()
     try:
         _, info, _ = await events.until("the first tick", lambda e, i: e in (
@@ -804,7 +804,7 @@ async def test_loop_full_last_scan_then_a_short_one_of_none(settings, sessions, 
     would return the same rows), without counting as a backlog."""
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
     await _insert_many(sessions, 20)
-    loop = DispatchLoop(sessions, queue, settings)
+    loop = DispatchLoop(queue, settings)
     report = await loop.tick_once()
     assert (report.rounds, report.scanned, report.added, report.backlog) == (3, 20, 20, False)
 
@@ -815,7 +815,7 @@ async def test_loop_full_last_scan_then_a_short_one_of_none(settings, sessions, 
         calls += 1
         return DispatchReport(scanned=10)  # full, but nothing added, refreshed or failed
 
-    report = await DispatchLoop(sessions, queue, settings, dispatch=same_rows_again).tick_once()
+    report = await DispatchLoop(queue, settings, dispatch=same_rows_again).tick_once()
     assert (calls, report.rounds, report.backlog) == (1, 1, False)
 
 
@@ -832,7 +832,7 @@ async def test_loop_budget_ends_the_rounds_and_the_next_tick_follows_at_once(
     stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
     await age_task(sessions, stale, 121)
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, listener=events)
+    loop = DispatchLoop(queue, settings, listener=events)
     loop.start()
     try:
         await events.until("a tick whose scan came back short", lambda e, i: (
@@ -855,7 +855,7 @@ async def test_loop_budget_zero_is_one_scan_per_tick(settings, sessions, demo, q
     caps the budget at 0 too: every row a tick marked would be due again at once."""
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10, **changes)
     await _insert_many(sessions, 25)
-    report = await DispatchLoop(sessions, queue, settings).tick_once()
+    report = await DispatchLoop(queue, settings).tick_once()
     assert (report.rounds, report.scanned, report.backlog) == (1, 10, False)
     assert await _undispatched(sessions) == 15
 
@@ -879,7 +879,7 @@ async def test_loop_round_that_raises_ends_the_tick_before_the_tail(settings, se
             raise RuntimeError("injected in round 2")
         return await dispatch_tasks(*args, **kwargs)
 
-    loop = DispatchLoop(sessions, queue, settings, dispatch=second_round_fails)
+    loop = DispatchLoop(queue, settings, dispatch=second_round_fails)
     assert await loop.tick_once() is None
     assert (calls, loop.faults, str(loop.last_error)) == (2, 1, "injected in round 2")
     assert (await _row(sessions, stale))["status"] is TaskStatus.RUNNING  # no tail ran
@@ -896,7 +896,7 @@ async def test_listening_loop_ticks_at_once_on_a_committed_outbox_insert(setting
     minute, so only the notification can have started it."""
     settings = settings.replace(dispatch_tick_s=60.0)
     events = LoopEvents()
-    loop = DispatchLoop(sessions, queue, settings, listener=events, listen=True)
+    loop = DispatchLoop(queue, settings, listener=events, listen=True)
     loop.start()
     try:
         await events.until("the first tick", lambda e, i: e == "tick.done")
@@ -920,7 +920,7 @@ async def test_only_one_process_catches_up_at_a_time(settings, sessions, demo, q
 
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
     await _insert_many(sessions, 25)
-    loop = DispatchLoop(sessions, queue, settings)
+    loop = DispatchLoop(queue, settings)
     async with await psycopg.AsyncConnection.connect(settings.database_url,
                                                      autocommit=True) as other:
         await other.execute("SELECT pg_advisory_lock(hashtext('teamdesk.dispatch.catch_up'))")

@@ -127,7 +127,7 @@ async def test_concurrent_dispatchers_and_claims_never_deadlock(settings, sessio
         try:
             for _ in range(ROUNDS):
                 try:
-                    reports.append(await dispatch_tasks(None, queue, settings, ledger=ledger))
+                    reports.append(await dispatch_tasks(queue, settings, ledger=ledger))
                 except Exception as err:  # a dispatch fault (D8); counted, then go on
                     faults[type(err).__name__] += 1
         finally:

@@ -7,9 +7,10 @@ Real PostgreSQL; clocks are compressed by ageing rows (explicit `updated_at` /
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -142,21 +143,21 @@ async def test_the_task_path_runs_every_statement_by_name(settings, sessions, de
     # up on while WAITING without a lease is failed; recovery and purge close each tick.
     fresh = await _insert(sessions)
     next_step()
-    await dispatch_tasks(None, _QueueSays(None), settings, ledger=ledger)
+    await dispatch_tasks(_QueueSays(None), settings, ledger=ledger)
     assert log.names == ["scan", "mark_dispatched", "recover_and_purge"]
     assert fresh in log.queries[1][1]["ids"]
     async with sessions() as s, s.begin():  # D1: its enqueue check is due again
         await s.execute(update(BackgroundTask).where(BackgroundTask.id == fresh).values(
             dispatched_at=BackgroundTask.dispatched_at - text("interval '31 seconds'")))
     next_step()
-    report = await dispatch_tasks(None, _QueueSays("failed"), settings, ledger=ledger)
+    report = await dispatch_tasks(_QueueSays("failed"), settings, ledger=ledger)
     assert log.names == ["scan", "fail_from_queue", "recover_and_purge"]
     assert report.failed_from_queue == 1
 
     # A catch-up round of the loop (D8): the scan runs inside the tried catch-up lock, and
     # the tail is left to the tick's end.
     next_step()
-    await dispatch_tasks(None, _QueueSays(None), settings, ledger=ledger, recover=False,
+    await dispatch_tasks(_QueueSays(None), settings, ledger=ledger, recover=False,
                          catch_up=True)
     assert log.names[0] == "catch_up_lock" and log.names[-1] == "catch_up_unlock"
     assert "scan" in log.names and "recover_and_purge" not in log.names
@@ -345,23 +346,22 @@ async def test_dispatcher_multi_row_updates_lock_in_id_order_first(settings, dem
 
 # ---------------------------------------------------------------- D6 in one clock
 
-async def test_host_clock_far_ahead_does_not_recover_a_live_task(settings, sessions, demo,
-                                                                 queue):
+async def test_the_dispatcher_reads_no_host_clock(settings, sessions, demo, queue):
     """D6 (made precise): `updated_at` is stamped by the database, so the cutoff is
-    computed there too. A dispatcher host whose clock is 150 s ahead (passed as `now`, the
-    clock the old code compared with) must not recover a RUNNING task that wrote 0 s ago
-    — before the fix it recovered live tasks on every tick (livelock)."""
+    computed there too, and the dispatcher takes no host clock at all (the old `now`
+    parameter is gone): a host whose clock is far ahead recovered live tasks on every tick
+    (livelock). A RUNNING task that wrote 0 s ago stays RUNNING; the same row, really stale
+    in the database's clock, is recovered."""
+    assert "now" not in inspect.signature(dispatch_tasks).parameters
     live = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="live-exec",
                          attempts=1)
-    ahead = datetime.now(UTC) + timedelta(seconds=150)
-    report = await dispatch_tasks(sessions, queue, settings, now=ahead)
+    report = await dispatch_tasks(queue, settings)
     assert report.recovered_stale == 0
     row = await _row(sessions, live)
     assert (row.status, row.execution_id) == (TaskStatus.RUNNING, "live-exec")
 
-    # The same row, really stale in the database's clock, is recovered (D6 still works).
     await _age_updated(sessions, live, 121)
-    report = await dispatch_tasks(sessions, queue, settings, now=ahead)
+    report = await dispatch_tasks(queue, settings)
     assert report.recovered_stale == 1
     row = await _row(sessions, live)
     assert (row.status, row.execution_id, row.dispatched_at) == (TaskStatus.WAITING, None,
@@ -383,7 +383,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
             claimed = await claim(conn, task_id, 0, attempts=1)  # P2: a real claim
         assert claimed is not None
         await _age_updated(sessions, task_id, 121)
-        report = await dispatch_tasks(sessions, queue, settings)
+        report = await dispatch_tasks(queue, settings)
         row = await _row(sessions, task_id)
         if n < 3:
             assert (report.recovered_stale, report.failed_stalled) == (1, 0)
@@ -397,7 +397,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
             assert "failed_stalled=1" in str(report)  # shown in the tick's log line
     # A FAILED row is never recovered again, however old.
     await _age_updated(sessions, task_id, 600)
-    assert (await dispatch_tasks(sessions, queue, settings)).failed_stalled == 0
+    assert (await dispatch_tasks(queue, settings)).failed_stalled == 0
 
     async with sessions() as s:
         retried = await retry_task(s, "acme", "ben", task_id)
@@ -406,7 +406,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
     async with ledger.connection() as conn:
         assert await claim(conn, task_id, 1, attempts=1) is not None
     await _age_updated(sessions, task_id, 121)
-    report = await dispatch_tasks(sessions, queue, settings)
+    report = await dispatch_tasks(queue, settings)
     assert report.recovered_stale == 1  # the new round's first stall: recovered, not failed
     assert (await _row(sessions, task_id)).stale_recoveries == 1
 

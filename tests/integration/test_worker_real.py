@@ -160,7 +160,7 @@ async def test_finished_job_records_keep_the_queue_retention_options(
     async with sessions() as s, s.begin():
         await s.execute(update(BackgroundTask).where(BackgroundTask.id == bad.id)
                         .values(filters={"colour": "red"}))
-    assert (await dispatch_tasks(sessions, queue, settings)).added == 2
+    assert (await dispatch_tasks(queue, settings)).added == 2
     await start_worker("W")
     await recorder.wait_for("completed", job_id=task_job_id(good.id, 0))
     failed = await recorder.wait_for("failed", job_id=task_job_id(bad.id, 0))

@@ -79,10 +79,10 @@ async def test_late_failed_callback_cannot_fail_the_new_execution(
     await a.close()  # A's process is gone; its old callback may still be in flight
 
     await age_task(sessions, task.id, 121)
-    first = await dispatch_tasks(sessions, queue, settings)
+    first = await dispatch_tasks(queue, settings)
     assert first.recovered_stale == 1
     assert (await task_row(sessions, task.id))["status"] == TaskStatus.WAITING
-    second = await dispatch_tasks(sessions, queue, settings)
+    second = await dispatch_tasks(queue, settings)
     assert second.added == 1
 
     g_b = gates.gate("claim.after", actor="B")
@@ -136,12 +136,12 @@ async def test_stalled_over_the_limit_then_two_scans(settings, sessions, demo, q
     assert row["status"] == TaskStatus.RUNNING  # the queue's word alone changes nothing
 
     await age_task(sessions, task.id, 121)
-    first = await dispatch_tasks(sessions, queue, settings)
+    first = await dispatch_tasks(queue, settings)
     row = await task_row(sessions, task.id)
     assert first.recovered_stale == 1
     assert (row["status"], row["execution_id"], row["dispatched_at"]) == (
         TaskStatus.WAITING, None, None)
-    second = await dispatch_tasks(sessions, queue, settings)
+    second = await dispatch_tasks(queue, settings)
     assert second.failed_from_queue == 1
     final = await task_row(sessions, task.id)
     assert (final["status"], final["last_error"]) == (TaskStatus.FAILED, QUEUE_FAILED_ERROR)

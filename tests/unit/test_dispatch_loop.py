@@ -10,7 +10,8 @@ import statistics
 import pytest
 
 from teamdesk.config import Settings
-from teamdesk.tasks.dispatcher import TICK_JITTER, DispatchLoop, DispatchReport
+from teamdesk.tasks.dispatch_loop import TICK_JITTER, DispatchLoop
+from teamdesk.tasks.dispatcher import DispatchReport
 
 
 class _Edges:
@@ -25,7 +26,7 @@ class _Edges:
 
 
 def _loop(rng, tick: float = 3.0, **kw) -> DispatchLoop:
-    return DispatchLoop(None, None, Settings(dispatch_tick_s=tick), rng=rng, **kw)  # type: ignore[arg-type]
+    return DispatchLoop(None, Settings(dispatch_tick_s=tick), rng=rng, **kw)  # type: ignore[arg-type]
 
 
 def test_tick_intervals_are_jittered_within_bounds():
@@ -63,13 +64,14 @@ async def test_the_timer_draws_each_interval_from_the_injected_source():
         await loop.stop(timeout=2.0)
 
 
-def test_report_line_keeps_its_shape_and_shows_a_catch_up():
-    """D8: an ordinary tick's line is unchanged; rounds and a backlog show only when
-    there was a catch-up, and a tail's counts add into the tick's report."""
+def test_report_line_shows_every_count_and_a_catch_up():
+    """D8: a tick's line shows every count (D9's `failed_stalled` too, 0 or not); rounds
+    and a backlog show only when there was a catch-up, and a tail's counts add into the
+    tick's report."""
     report = DispatchReport(scanned=3, added=3)
     assert str(report) == ("scanned=3 added=3 refreshed=0 re_added=0 failed_from_queue=0 "
-                           "recovered_stale=0 purged=0")
+                           "recovered_stale=0 purged=0 failed_stalled=0")
     report.add(DispatchReport(scanned=2, refreshed=2, recovered_stale=1))
     report.rounds, report.backlog = 2, True
     assert str(report) == ("scanned=5 added=3 refreshed=2 re_added=0 failed_from_queue=0 "
-                           "recovered_stale=1 purged=0 rounds=2 backlog=true")
+                           "recovered_stale=1 purged=0 failed_stalled=0 rounds=2 backlog=true")
