@@ -743,7 +743,8 @@ async def test_loop_logs_a_fault_and_the_next_tick_runs(settings, sessions, demo
     assert faults[0].exc_info is None and faults[0].levelno == logging.ERROR
     ticks = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dispatch.tick")]
     assert ticks[0].startswith("dispatch.tick scanned=1 added=1 refreshed=0 re_added=0 "
-                               "failed_from_queue=0 recovered_stale=0 purged=0 failed_stalled=0 ms=")
+                               "failed_from_queue=0 recovered_stale=0 purged=0 "
+                               "failed_stalled=0 ms=")
     assert await _state(queue, task_id) == "waiting"
     assert (await _row(sessions, task_id))["dispatched_at"] is not None
 
