@@ -25,15 +25,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from teamdesk.db.engine import create_engine, session_factory
+from teamdesk.db.locks import team_lock_key_parts
 
 T = TypeVar("T")
 
 #: PostgreSQL's error code for "lock_timeout expired" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
 
-#: The team lock's holders: an advisory lock with one bigint key (objsubid 1) whose low
-#: 32 bits (objid) are those of `hashtext('teamdesk.team:' || team)` — the key
-#: `lock_team` takes.
+#: The team lock's holders: an advisory lock with one bigint key (objsubid 1), shown by
+#: `pg_locks` as its high (classid) and low (objid) 32 bits — `team_lock_key_parts`.
 HOLDERS_SQL = text("""
 SELECT a.pid, a.state, a.application_name,
        round(extract(epoch FROM clock_timestamp() - a.xact_start)::numeric, 1) AS in_tx_s,
@@ -41,7 +41,7 @@ SELECT a.pid, a.state, a.application_name,
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.objid::bigint = (hashtext('teamdesk.team:' || :team)::bigint & 4294967295)
+  AND l.classid::bigint = :hi AND l.objid::bigint = :lo
 """)
 
 
@@ -53,7 +53,8 @@ async def holders(lab: Any) -> list[dict[str, Any]]:
     """The backends holding `lab`'s team lock now (pid, state, seconds in the
     transaction, start of the last statement)."""
     async with lab.sessions() as s:
-        return [dict(r._mapping) for r in await s.execute(HOLDERS_SQL, {"team": lab.team})]
+        hi, lo = team_lock_key_parts(lab.team)
+        return [dict(r._mapping) for r in await s.execute(HOLDERS_SQL, {"hi": hi, "lo": lo})]
 
 
 #: Probe points that lie inside the team-locked reminder transaction (`teamdesk.probes`):

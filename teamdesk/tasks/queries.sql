@@ -134,8 +134,9 @@ SELECT a.role, a.matching, b.id, b.title, b.status, b.priority, b.creator_id, b.
  ORDER BY b.id;
 
 -- team_lock --
--- ch. 26 §5: the team's transaction-scoped advisory lock (released at commit/rollback).
-SELECT pg_advisory_xact_lock(hashtext('teamdesk.team:' || %(team_id)s::text));
+-- ch. 26 §5: the team's transaction-scoped advisory lock (released at commit/rollback);
+-- the key is `teamdesk.db.locks.team_lock_key(team_id)`, the one the services take too.
+SELECT pg_advisory_xact_lock(%(key)s::bigint);
 
 -- reminder_ticket --
 -- P10, M1: the ticket as it is now, read under the team lock.

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from teamdesk import probes
+from teamdesk.db.locks import team_lock_key
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.lease import Lease
 from teamdesk.tasks.ledger import execute
@@ -48,7 +49,7 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
         # the exit stack commits it at the end of this block, or rolls it back on error.
         async with conn.pipeline():
             await transaction.enter_async_context(psycopg.AsyncTransaction(conn))
-            await execute(conn, "team_lock", {"team_id": task.team_id})
+            await execute(conn, "team_lock", {"key": team_lock_key(task.team_id)})
             read = await execute(conn, "reminder_ticket", {"ticket_id": task.ticket_id})
         ticket = await read.fetchone()
         reason = stale_reason(task, ticket)

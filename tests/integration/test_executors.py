@@ -53,3 +53,22 @@ async def test_a_claimed_task_of_an_unknown_type_ends_failed_not_retried(setting
             "WHERE id = %s", (task_id,))).fetchone()
     assert (status, attempts, execution_id) == ("FAILED", 1, None)
     assert last_error == TaskRejected(RejectReason.UNKNOWN_TYPE).last_error
+
+
+async def test_services_and_the_reminder_executor_take_the_same_team_lock(settings, sessions,
+                                                                          demo):
+    """ch. 26 §5, P10: a service holding the team lock (`lock_team`) holds up the reminder
+    executor's `team_lock` statement for that team and no other team's: one key, computed
+    in one place (`team_lock_key`)."""
+    from teamdesk.db.locks import lock_team, team_lock_key
+    from teamdesk.tasks.ledger import execute
+
+    async with sessions() as holder, holder.begin():
+        await lock_team(holder, demo.team_id)
+        async with await psycopg.AsyncConnection.connect(settings.database_url,
+                                                         autocommit=True) as conn:
+            await conn.execute("SET lock_timeout = '200ms'")
+            await execute(conn, "team_lock", {"key": team_lock_key("another-team")})
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                async with conn.transaction():
+                    await execute(conn, "team_lock", {"key": team_lock_key(demo.team_id)})

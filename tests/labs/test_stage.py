@@ -22,6 +22,7 @@ from labs import leftovers, locks, private_redis, stage, tables
 from labs.gates import GateTimeout
 from labs.lab import STUCK, Lab
 from teamdesk import devservices
+from teamdesk.db.locks import lock_team
 from teamdesk.db.templates import clone_database
 from teamdesk.services import tickets as ticket_services
 from teamdesk.tasks.queue import task_job_id
@@ -215,11 +216,10 @@ async def test_outage_without_a_private_redis_is_refused(lab):
 
 
 async def test_a_wait_for_the_team_lock_is_bounded_and_names_the_holder(lab):
-    """Issue 13 item 5: while someone holds the team lock, a service that needs it gives up
+    """ch. 26 §5: while someone holds the team lock, a service that needs it gives up
     within its bound with `TeamLockBusy` naming the holding backend; nothing is written."""
     async with lab.sessions() as holder, holder.begin():
-        await holder.execute(text(
-            "SELECT pg_advisory_xact_lock(hashtext('teamdesk.team:' || :t))"), {"t": lab.team})
+        await lock_team(holder, lab.team)
         pid = await holder.scalar(text("SELECT pg_backend_pid()"))
         started = time.monotonic()
         with pytest.raises(locks.TeamLockBusy, match=f"backend pid {pid} "):

@@ -108,3 +108,14 @@ def test_to_csv_neutralises_the_prefix_and_parses_back(cell):
     rows = list(csv.reader(io.StringIO(to_csv(tickets), newline="")))
     plain = ["OPEN", "NORMAL", "dan", "", "", created.isoformat()]
     assert rows == [list(CSV_COLUMNS), ["1", "'" + cell, *plain], ["2", "plain", *plain]]
+
+
+def test_the_team_lock_key_is_stable_and_fits_a_bigint():
+    """ch. 26 §5: the key must be the same in every process and on every machine (Python's
+    own `hash` is salted per process), and a signed 64-bit integer for PostgreSQL."""
+    from teamdesk.db.locks import team_lock_key, team_lock_key_parts
+
+    assert team_lock_key("acme") == team_lock_key("acme") != team_lock_key("acme2")
+    assert -(2 ** 63) <= team_lock_key("acme") < 2 ** 63
+    hi, lo = team_lock_key_parts("acme")
+    assert ((hi << 32) | lo) == team_lock_key("acme") & (2 ** 64 - 1)
