@@ -84,7 +84,7 @@ from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
 PRODUCTION: dict[str, str] = {}
 ONE_SCAN_02 = {"TEAMDESK_DISPATCH_TICK_S": "0.2", "TEAMDESK_DISPATCH_BUDGET_S": "0"}
 TARGET = 0.30
-#: Issue 11: worker CPU per task, each kind.
+#: The hot path's budget: worker CPU per task, each kind.
 CPU_TARGET_MS = 4.0
 
 _REMINDER_TICKETS = """
@@ -706,7 +706,7 @@ class _StubJob:
 async def call_costs(base: Settings, calls: int = 300) -> None:
     """CPU and wall time of one call of each ledger step a task makes, measured on the
     product's own functions in this process (no Redis): the named statements of
-    `teamdesk/tasks/queries.sql` on one pooled psycopg connection (issue 11)."""
+    `teamdesk/tasks/queries.sql` on one pooled psycopg connection (the hot path's shape)."""
     from sqlalchemy import select
 
     from teamdesk.db.models import BackgroundTask, TaskType

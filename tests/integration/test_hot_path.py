@@ -417,7 +417,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
                     reason="restarts the embedded PostgreSQL; not done to a given server")
 async def test_postgres_restart_mid_export_fails_into_retry_and_completes_whole(
         settings, sessions, demo, queue, start_worker, recorder, gates):
-    """Issue 11, P3, P5, P7: no pre-ping per checkout. PostgreSQL is restarted (fast
+    """P3, P5, P7: no pre-ping per checkout (a round trip each time). PostgreSQL is restarted (fast
     shutdown: every connection cut) while an export holds its pooled connection between
     two batches. Its next fenced write fails on the broken connection; the error report
     takes a fresh connection and writes WAITING with the lease (P7); the queue retries the

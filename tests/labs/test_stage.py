@@ -69,7 +69,7 @@ def test_step_cells_are_rewritten_once_done():
 
 
 async def test_a_new_gate_replaces_an_unreleased_one(lab):
-    """Issue 13 item 2: a re-run cell creates its gate again. The first, unused gate must
+    """Presenter re-runs: a re-run cell creates its gate again. The first, unused gate must
     not swallow the crossing: the new one (same lab, point and actor) replaces it.
     (Before: the old gate caught A and the new one timed out, GateTimeout.)"""
     task = await lab.request_export({"status": ["OPEN"]})
@@ -87,7 +87,7 @@ async def test_a_new_gate_replaces_an_unreleased_one(lab):
 
 
 async def test_a_wait_matches_only_events_after_the_step_began(lab):
-    """Issue 13 item 2: a step tried again must not return the first try's event."""
+    """Presenter re-runs: a step tried again must not return the first try's event."""
     task = await lab.request_export({"status": ["OPEN"]})
     await lab.start_worker("W")
     await lab.dispatch()
@@ -99,8 +99,8 @@ async def test_a_wait_matches_only_events_after_the_step_began(lab):
 
 
 async def test_expect_errors_acknowledges_only_what_it_expects(lab):
-    """Issue 13 item 1: an action cell that causes background errors says so around
-    itself; the check cell asserts on `errors_of`, which does not grow on a re-run."""
+    """Errors shown where they happen: an action cell that causes background errors says
+    so around itself; the check cell asserts on `errors_of`, which does not grow on a re-run."""
     task = await lab.request_export({"priority": ["LOW"]})
     lab.fault("export.after_read", OSError("reset"), times=3,
               when=lambda ctx: ctx["task_id"] == task.id)
@@ -118,7 +118,7 @@ async def test_expect_errors_acknowledges_only_what_it_expects(lab):
 
 
 async def test_reopening_a_name_closes_the_earlier_lab(service_settings):
-    """Issue 13 item 3: a notebook's first cell run again closes its earlier lab."""
+    """Presenter re-runs: a notebook's first cell run again closes its earlier lab."""
     first = await Lab.open("nb", settings=service_settings, tickets=5, replace=True)
     second = await Lab.open("nb", settings=service_settings, tickets=5, replace=True)
     try:
@@ -129,7 +129,7 @@ async def test_reopening_a_name_closes_the_earlier_lab(service_settings):
 
 
 async def test_start_over_opens_a_fresh_world(service_settings):
-    """Issue 13 item 3: "start the race over" — before any step it does nothing; after one
+    """Presenter re-runs: "start the race over" — before any step it does nothing; after one
     it closes the lab (errors dropped) and opens a new one with the same options."""
     lab = await Lab.open("race", settings=service_settings, tickets=5, backoff_delay_ms=30)
     try:
@@ -153,7 +153,7 @@ def _a_dead_process() -> tuple[int, float]:
 
 
 async def test_leftovers_of_a_killed_kernel_are_cleaned(service_settings):
-    """Issue 13 item 3: a lab whose process died (a killed kernel) leaves its database and
+    """Leftovers: a lab whose process died (a killed kernel) leaves its database and
     queue keys; the next `Lab.open` removes them."""
     url = clone_database(service_settings.database_url, "teamdesk_lab")
     prefix = "labdeadbeef01"
@@ -189,7 +189,7 @@ async def test_an_open_labs_record_is_readable_by_its_owner_alone(service_settin
 
 
 async def test_private_redis_outage_hurts_nobody_else(service_settings):
-    """Issue 13 item 6: a lab on its own Redis stops it for real; the shared server (and
+    """23 §7, D8: a lab on its own Redis stops it for real; the shared server (and
     so every other notebook) keeps answering; the lab's tick fails fast, then recovers."""
     shared = aioredis.Redis.from_url(service_settings.redis_url)
     async with Lab.open("own", settings=service_settings, tickets=5,
