@@ -1,8 +1,8 @@
-"""Exports: filter validation, the ticket query, request and download (O1, X1, X2, R4).
+"""Exports: request and download (O1, X1, X2, R4).
 
-`validate_filters` and `export_query` are shared with the executor (`tasks.exports`), so a
-request and its later execution agree on what the filters mean; filters that became
-invalid by execution time are a permanent rejection there (P8).
+What a filter means lives in `export_filters` (validation and the query's parameters) and
+in `queries.sql` (`_export_tickets`): the request counts with the executor's query, so a
+request and its later execution agree on what the filters match (P8).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from teamdesk.config import Settings
@@ -34,68 +34,9 @@ from teamdesk.errors import (
 )
 from teamdesk.services._tx import transaction
 from teamdesk.services.access import require_member, require_scope, visible_task
+from teamdesk.services.export_filters import filter_params, validate_filters
+from teamdesk.tasks.ledger import QUERIES
 from teamdesk.tasks.outbox import new_export_task
-
-MAX_TEXT = 100
-_KEYS = {"status", "priority", "created_from", "created_to", "text", "assignee_id"}
-
-
-def validate_filters(raw: Any) -> dict[str, Any]:
-    """Check and normalise export filters; `InvalidFilters` says exactly what is wrong.
-
-    Keys: `status` and `priority` (lists of names), `created_from` / `created_to`
-    (ISO dates, inclusive), `text` (title substring, at most 100 characters),
-    `assignee_id`.
-    """
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InvalidFilters(f"filters must be an object, not {type(raw).__name__}")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise InvalidFilters(f"unknown filter keys: {', '.join(map(str, unknown))}; "
-                             f"allowed: {', '.join(sorted(_KEYS))}")
-    out: dict[str, Any] = {}
-    for key, enum_ in (("status", TicketStatus), ("priority", Priority)):
-        if key in raw:
-            values = raw[key]
-            if not isinstance(values, list) or not values:
-                raise InvalidFilters(f"{key} must be a non-empty list of names")
-            names = []
-            for v in values:
-                try:
-                    names.append(enum_(v).value)
-                except ValueError:
-                    raise InvalidFilters(
-                        f"{key} {v!r} is not one of {', '.join(m.value for m in enum_)}"
-                    ) from None
-            out[key] = sorted(set(names))
-    for key in ("created_from", "created_to"):
-        if key in raw:
-            v = raw[key]
-            if not isinstance(v, str):
-                raise InvalidFilters(f"{key} must be an ISO date string like '2026-01-31'")
-            try:
-                out[key] = date.fromisoformat(v).isoformat()
-            except ValueError:
-                raise InvalidFilters(f"{key} {v!r} is not an ISO date like '2026-01-31'") from None
-    if "created_from" in out and "created_to" in out and out["created_from"] > out["created_to"]:
-        raise InvalidFilters(
-            f"created_from {out['created_from']} is after created_to {out['created_to']}")
-    if "text" in raw:
-        v = raw["text"]
-        if not isinstance(v, str):
-            raise InvalidFilters("text must be a string")
-        if len(v) > MAX_TEXT:
-            raise InvalidFilters(f"text is {len(v)} characters; at most {MAX_TEXT}")
-        if v.strip():
-            out["text"] = v.strip()
-    if "assignee_id" in raw:
-        v = raw["assignee_id"]
-        if not isinstance(v, str) or not v or len(v) > 40:
-            raise InvalidFilters("assignee_id must be a user id string")
-        out["assignee_id"] = v
-    return out
 
 
 def export_query(team_id: str, owner_id: str, scope: Scope, filters: dict[str, Any]) -> Select:
@@ -124,10 +65,35 @@ def export_query(team_id: str, owner_id: str, scope: Scope, filters: dict[str, A
     return stmt.order_by(Ticket.id)
 
 
+async def _driver_rows(session: AsyncSession, name: str, params: dict[str, Any]) -> list[Any]:
+    """Run statement `name` of `queries.sql` on the session's connection, in its
+    transaction: the request reads through the executor's SQL (one meaning of a filter)."""
+    conn = await session.connection()
+    return list((await conn.exec_driver_sql(QUERIES[name], params)).all())
+
+
 async def count_matching(session: AsyncSession, team_id: str, owner_id: str, scope: Scope,
                          filters: dict[str, Any]) -> int:
-    sub = export_query(team_id, owner_id, scope, filters).subquery()
-    return await session.scalar(select(func.count()).select_from(sub))
+    """How many tickets validated `filters` match now (X1, R4: the request's limit check):
+    the executor's ticket query (`export_count`, built on `_export_tickets`)."""
+    rows = await _driver_rows(session, "export_count",
+                              filter_params(team_id, owner_id, scope, filters))
+    return int(rows[0].matching)
+
+
+async def matching_tickets(session: AsyncSession, team_id: str, owner_id: str, scope: Scope,
+                           filters: dict[str, Any], *, batch_size: int = 500) -> list[Any]:
+    """The tickets an export of validated `filters` would read now, in id order, read the
+    way the executor reads them (`export_batch`, page by page); `tasks.exports.to_csv`
+    takes these rows. For a preview, or a lab recomputing an export's CSV."""
+    params = filter_params(team_id, owner_id, scope, filters)
+    out: list[Any] = []
+    while True:
+        page = await _driver_rows(session, "export_batch", {
+            **params, "after_id": out[-1].id if out else 0, "batch_size": batch_size})
+        out.extend(page)
+        if len(page) < batch_size:
+            return out
 
 
 def _default_scope(member: Member) -> Scope:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -18,7 +17,7 @@ import psycopg
 from teamdesk import probes
 from teamdesk.db.models import Role
 from teamdesk.errors import InvalidFilters
-from teamdesk.services.exports import validate_filters
+from teamdesk.services.export_filters import filter_params, validate_filters
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.lease import Lease
@@ -55,31 +54,6 @@ def to_csv(tickets: list[Any]) -> str:
     return buf.getvalue()
 
 
-def filter_params(task: Any, filters: dict[str, Any]) -> dict[str, Any]:
-    """The parameters of `export_start` / `export_batch`: the same meaning as
-    `services.exports.export_query` (request and execution agree, P8), with NULL for an
-    unused filter so the statement text never changes."""
-    def day(key: str) -> datetime | None:
-        if key not in filters:
-            return None
-        return datetime.combine(date.fromisoformat(filters[key]), datetime.min.time(), UTC)
-
-    created_to = day("created_to")
-    text = filters.get("text")
-    return {
-        "team_id": task.team_id,
-        "owner_id": task.owner_id,
-        "creator_id": task.owner_id if task.scope == "OWN" else None,
-        "statuses": filters.get("status"),
-        "priorities": filters.get("priority"),
-        "created_from": day("created_from"),
-        "created_before": created_to + timedelta(days=1) if created_to else None,
-        "title_pattern": None if text is None else "%" + text.replace("\\", "\\\\").replace(
-            "%", "\\%").replace("_", "\\_") + "%",
-        "assignee_id": filters.get("assignee_id"),
-    }
-
-
 def _require_access(task: Any, role: str | None) -> None:
     """P8: the owner is still a member, and staff if the export is team-wide."""
     if role is None or (task.scope == "TEAM" and role not in _STAFF):
@@ -92,7 +66,7 @@ def _validated(task: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         filters = validate_filters(task.filters)
     except InvalidFilters as err:
         raise TaskRejected(RejectReason.INVALID_FILTERS, str(err)) from None
-    return filters, filter_params(task, filters)
+    return filters, filter_params(task.team_id, task.owner_id, task.scope, filters)
 
 
 def _require_allowed(ctx: TaskContext, task: Any, role: str | None, matching: int) -> None:

@@ -95,8 +95,8 @@ SELECT role::text AS role FROM members WHERE team_id = %(team_id)s AND user_id =
 -- _export_tickets --
 -- X1: the team's live tickets that match an export's filters (a NULL filter matches all),
 -- with the columns the CSV needs. A fragment (its name starts with `_`): not run on its
--- own, written into export_start and export_batch where they say {{_export_tickets}}, so
--- the two cannot drift apart.
+-- own, written into export_start, export_batch and export_count where they say
+-- {{_export_tickets}}, so the request and the executor cannot drift apart.
 SELECT id, title, status::text AS status, priority::text AS priority, creator_id,
        assignee_id, due_at, created_at
   FROM tickets
@@ -108,6 +108,11 @@ SELECT id, title, status::text AS status, priority::text AS priority, creator_id
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
    AND (%(title_pattern)s::text IS NULL OR title ILIKE %(title_pattern)s::text ESCAPE '\')
    AND (%(assignee_id)s::text IS NULL OR assignee_id = %(assignee_id)s::text)
+
+-- export_count --
+-- X1, R4: how many tickets the filters match now — the request's limit check, run by
+-- `services.exports.count_matching` on the executor's own ticket query.
+SELECT count(*) AS matching FROM ({{_export_tickets}}) AS matching;
 
 -- export_batch --
 -- X1: the next batch of matching tickets after `after_id`, in id order. The subquery is
