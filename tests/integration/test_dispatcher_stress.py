@@ -97,6 +97,39 @@ async def _deadlocks(database_url: str) -> int:
         return int(row[0])
 
 
+async def _dispatcher(settings: Any, reports: list[Any], faults: Counter[str]) -> None:
+    """One dispatcher: `ROUNDS` scan rounds on a connection of its own."""
+    queue = create_task_queue(settings)
+    ledger = await Ledger.pooled(settings.database_url, size=1)
+    try:
+        for _ in range(ROUNDS):
+            try:
+                reports.append(await dispatch_tasks(queue, settings, ledger=ledger))
+            except Exception as err:  # a dispatch fault (D8); counted, then go on
+                faults[type(err).__name__] += 1
+    finally:
+        await ledger.close()
+        await queue.close()
+
+
+async def _churn_once(conn: Any, queue: Any, live: list[str], doomed: list[str],
+                      rng: random.Random) -> None:
+    """One round of disagreement with the dispatchers, single-row writes only."""
+    for task_id in rng.sample(live, 8):  # lost job records: re-add (D4)
+        await queue.remove(task_job_id(task_id, 0))
+    for task_id in rng.sample(live, 4):  # claim, then report back (P2, P7)
+        got = await claim(conn, task_id, 0, 1)
+        if got is not None and rng.random() < 0.7:
+            await leased_update(conn, got[0], "report_retryable", last_error="retry")
+        elif got is not None:  # left RUNNING, stale: recovery (D6, D9)
+            await conn.execute("UPDATE background_tasks SET updated_at = now() - "
+                               "interval '5 s' WHERE id = %s", (task_id,))
+    for task_id in rng.sample(doomed, 4):  # D4: fail from queue again
+        await conn.execute("UPDATE background_tasks SET status = 'WAITING', "
+                           "last_error = NULL, stale_recoveries = 0 WHERE id = %s",
+                           (task_id,))
+
+
 async def test_concurrent_dispatchers_and_claims_never_deadlock(settings, sessions, demo):
     """D8, D5: four dispatchers scan overlapping rows round after round (re-dispatch age 0,
     so every WAITING row is re-checked by each scan) while churn makes them disagree: jobs
@@ -121,19 +154,6 @@ async def test_concurrent_dispatchers_and_claims_never_deadlock(settings, sessio
     done = asyncio.Event()
     rng = random.Random(19)
 
-    async def dispatcher(n: int) -> None:
-        queue = create_task_queue(settings)
-        ledger = await Ledger.pooled(settings.database_url, size=1)
-        try:
-            for _ in range(ROUNDS):
-                try:
-                    reports.append(await dispatch_tasks(queue, settings, ledger=ledger))
-                except Exception as err:  # a dispatch fault (D8); counted, then go on
-                    faults[type(err).__name__] += 1
-        finally:
-            await ledger.close()
-            await queue.close()
-
     async def churn() -> None:
         """Queue and executor side: single-row writes only, as the product's are."""
         queue = create_task_queue(settings)
@@ -142,22 +162,7 @@ async def test_concurrent_dispatchers_and_claims_never_deadlock(settings, sessio
             while not done.is_set():
                 try:
                     async with ledger.connection() as conn:
-                        for task_id in rng.sample(live, 8):  # lost job records: re-add (D4)
-                            await queue.remove(task_job_id(task_id, 0))
-                        for task_id in rng.sample(live, 4):  # claim, then report back (P2, P7)
-                            got = await claim(conn, task_id, 0, 1)
-                            if got is not None and rng.random() < 0.7:
-                                await leased_update(conn, got[0], "report_retryable",
-                                                    last_error="retry")
-                            elif got is not None:  # left RUNNING, stale: recovery (D6, D9)
-                                await conn.execute(
-                                    "UPDATE background_tasks SET updated_at = now() - "
-                                    "interval '5 s' WHERE id = %s", (task_id,))
-                        for task_id in rng.sample(doomed, 4):  # D4: fail from queue again
-                            await conn.execute(
-                                "UPDATE background_tasks SET status = 'WAITING', "
-                                "last_error = NULL, stale_recoveries = 0 WHERE id = %s",
-                                (task_id,))
+                        await _churn_once(conn, queue, live, doomed, rng)
                 except LeaseLost:
                     pass  # a recovery or another claim took the row first (P3): fine
                 except psycopg.Error as err:
@@ -168,7 +173,8 @@ async def test_concurrent_dispatchers_and_claims_never_deadlock(settings, sessio
 
     churning = asyncio.create_task(churn())
     try:
-        await asyncio.gather(*(dispatcher(n) for n in range(DISPATCHERS)))
+        await asyncio.gather(*(_dispatcher(settings, reports, faults)
+                               for _ in range(DISPATCHERS)))
     finally:
         done.set()
         with contextlib.suppress(Exception):
