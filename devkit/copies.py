@@ -1,0 +1,151 @@
+"""The learner's own copies of the notebooks: spoiler-free, theirs to edit, never overwritten.
+
+The repository's `notebooks/*.ipynb` are CI's regression source: nbval compares every
+cell with its stored output, so they carry the answers of every prediction. A learner
+works in `my-notebooks/` instead (git-ignored), made on first use from `notebooks/`:
+
+- every output and execution count cleared, so no answer is on screen before its cell
+  runs (a `predict` cell is followed by a scene whose result the learner has not seen);
+- cells tagged `presenter` (the instructor's notes) left out;
+- everything else kept: sources (hidden ones too), tags, cell and notebook metadata.
+
+An existing copy is never written again; `teamdesk lab --fresh 26b` (or `--fresh all`)
+puts the old one aside in `my-notebooks/.replaced/` and makes a new copy. Nothing here
+writes into `notebooks/` (the lab also opens those read-only: `devkit.contents`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The learner's folder, beside `notebooks/` (same depth, so relative paths still work).
+LEARNER_DIR = "my-notebooks"
+#: Where a copy goes when the learner asks for a fresh one.
+REPLACED_DIR = ".replaced"
+#: Cells with this tag are the instructor's notes: in the repository, not in a copy.
+PRESENTER_TAG = "presenter"
+
+
+@dataclass
+class CopyReport:
+    """What `ensure_copies` / `fresh_copies` did, by notebook file name."""
+
+    created: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    #: Old copies put aside, as paths relative to the learner folder.
+    replaced: list[str] = field(default_factory=list)
+
+
+def source_notebooks(project: Path) -> list[Path]:
+    """The chapter notebooks of `project/notebooks`, in course order (00, 23, …, 90)."""
+    return sorted((project / "notebooks").glob("[0-9]*.ipynb"))
+
+
+def learner_dir(project: Path) -> Path:
+    return project / LEARNER_DIR
+
+
+def learner_copy(nb: dict[str, Any]) -> dict[str, Any]:
+    """A learner's copy of notebook JSON `nb`: outputs and execution counts cleared,
+    presenter cells left out, everything else as it is."""
+    cells = []
+    for cell in nb.get("cells", []):
+        if PRESENTER_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        cell = dict(cell)
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+            meta = dict(cell.get("metadata", {}))
+            meta.pop("execution", None)  # timings of the stored run
+            cell["metadata"] = meta
+        cells.append(cell)
+    return {**nb, "cells": cells}
+
+
+def _write(path: Path, nb: dict[str, Any]) -> None:
+    # nbformat's own layout (indent 1, a final newline), so Jupyter's first save of the
+    # copy changes nothing but what the learner changed.
+    tmp = path.with_suffix(".ipynb.tmp")
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _make(source: Path, target: Path) -> None:
+    _write(target, learner_copy(json.loads(source.read_text(encoding="utf-8"))))
+
+
+def ensure_copies(project: Path) -> CopyReport:
+    """Make the copies that do not exist yet; never touch one that does (it may hold the
+    learner's work)."""
+    target_dir = learner_dir(project)
+    target_dir.mkdir(exist_ok=True)
+    report = CopyReport()
+    for source in source_notebooks(project):
+        target = target_dir / source.name
+        if target.exists():
+            report.kept.append(source.name)
+        else:
+            _make(source, target)
+            report.created.append(source.name)
+    return report
+
+
+def resolve_names(project: Path, names: Iterable[str]) -> list[Path]:
+    """The source notebooks `names` ask for: `all`, or a file name with or without
+    `.ipynb`, or its prefix before the first dash (`26b`). Unknown → `ValueError` listing
+    the choices."""
+    sources = source_notebooks(project)
+    chosen: list[Path] = []
+    for name in names:
+        if name == "all":
+            return sources
+        stem = name.removesuffix(".ipynb")
+        match = [s for s in sources if stem in (s.stem, s.stem.split("-", 1)[0])]
+        if not match:
+            choices = ", ".join(s.stem.split("-", 1)[0] for s in sources)
+            raise ValueError(f"no notebook {name!r}; choose one of {choices}, or all")
+        chosen.extend(m for m in match if m not in chosen)
+    return chosen
+
+
+def fresh_copies(project: Path, names: Iterable[str]) -> CopyReport:
+    """A fresh copy of each notebook `names` ask for (see `resolve_names`); an existing
+    copy is moved to `my-notebooks/.replaced/<name>.<time>.ipynb` first, never deleted."""
+    sources = resolve_names(project, names)
+    target_dir = learner_dir(project)
+    target_dir.mkdir(exist_ok=True)
+    report = CopyReport()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for source in sources:
+        target = target_dir / source.name
+        if target.exists():
+            aside = target_dir / REPLACED_DIR / f"{source.stem}.{stamp}.ipynb"
+            aside.parent.mkdir(exist_ok=True)
+            target.replace(aside)
+            report.replaced.append(str(aside.relative_to(target_dir)))
+        _make(source, target)
+        report.created.append(source.name)
+    return report
+
+
+def describe(report: CopyReport, project: Path) -> str:
+    """One or two lines for the lab command's output."""
+    where = learner_dir(project)
+    parts = []
+    if report.created:
+        parts.append(f"made {len(report.created)} fresh learner cop"
+                     f"{'y' if len(report.created) == 1 else 'ies'} in {where}")
+    if report.kept:
+        parts.append(f"kept your {len(report.kept)} existing cop"
+                     f"{'y' if len(report.kept) == 1 else 'ies'}")
+    lines = ["; ".join(parts) or f"no notebooks found under {project / 'notebooks'}"]
+    if report.replaced:
+        lines.append(f"old copies put aside in {where / REPLACED_DIR}: "
+                     + ", ".join(Path(r).name for r in report.replaced))
+    return "\n".join(lines)
