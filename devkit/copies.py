@@ -72,7 +72,8 @@ def _write(path: Path, nb: dict[str, Any]) -> None:
     # nbformat's own layout (indent 1, a final newline), so Jupyter's first save of the
     # copy changes nothing but what the learner changed.
     tmp = path.with_suffix(".ipynb.tmp")
-    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
 
 
