@@ -11,8 +11,8 @@ opt-in `sigstop`); then the invariants are checked over the ledger. Same argumen
 schedule (`--dry-run` prints it and stops). Exit 0, or 1 on any violation (2: refused or
 bad arguments). Here `redis` restarts a Redis server of the run's own (started for it,
 removed after it), never the embedded one that an open lab or the test suite uses, and
-with REDIS_URL set as well. The kinds, the world and the invariants are described in
-`labs/chaos.py`.
+with REDIS_URL set as well. The world and the invariants are described in
+`labs/chaos/__init__.py`, the kinds in `labs/chaos/kinds.py` (one table).
 
 The run itself (schedule, plan, invariant checker) is `labs.chaos`, shared with
 `tests/integration/test_chaos.py` and `notebooks/90-chaos.ipynb`; this is its command line.

@@ -73,16 +73,15 @@ from sqlalchemy import text
 
 from benchmarks._machine import machine_info
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from labs.timings import ONE_SCAN_02, PRODUCTION
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
 
-#: The pipeline's worker timings: the production defaults, and for comparison the
-#: configuration this benchmark ran before, a 0.2 s tick with one scan of at most 100 rows
-#: per tick (budget 0: the book's loop, no catch-up).
-PRODUCTION: dict[str, str] = {}
-ONE_SCAN_02 = {"TEAMDESK_DISPATCH_TICK_S": "0.2", "TEAMDESK_DISPATCH_BUDGET_S": "0"}
+#: The pipeline's worker timings (`labs.timings`): the production defaults, and for
+#: comparison the configuration this benchmark ran before, a 0.2 s tick with one scan of at
+#: most 100 rows per tick (budget 0: the book's loop, no catch-up).
 TARGET = 0.30
 #: The hot path's budget: worker CPU per task, each kind.
 CPU_TARGET_MS = 4.0
@@ -229,9 +228,9 @@ def _cpu(procs: list[psutil.Process]) -> float:
     return total
 
 
-def _timings(concurrency: int, timings: dict[str, str] | None = None) -> dict[str, str]:
-    extra = {"TEAMDESK_WORKER_CONCURRENCY": str(concurrency)} if concurrency != 1 else {}
-    return {**(timings or PRODUCTION), **extra}
+def _timings(concurrency: int, timings: Settings | None = None) -> dict[str, str]:
+    """The workers' environment for a preset (default: production) and a concurrency."""
+    return (timings or PRODUCTION).replace(worker_concurrency=concurrency).to_env()
 
 
 def _faults(procs: list[WorkerProc]) -> int:
@@ -241,11 +240,11 @@ def _faults(procs: list[WorkerProc]) -> int:
 
 async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
                            concurrency: int = 1, kind: str | None = None,
-                           timings: dict[str, str] | None = None,
+                           timings: Settings | None = None,
                            label: str = "pipeline") -> PipelineRun:
     """N tasks by K real `teamdesk worker` processes: tasks/s and CPU per task. With
     `kind` ("EXPORT" or "REMINDER") only that half of the N is written, so the CPU per
-    task is that kind's. `timings`: the workers' `TEAMDESK_*` timings (default: none,
+    task is that kind's. `timings`: the workers' timings preset (default: none,
     the production defaults)."""
     total, reminders = _expected(n, kind)
     world = World.open(base, "bpipe")
@@ -852,7 +851,7 @@ async def main(argv: list[str] | None = None) -> int:
           f"cores; worker timings: production defaults"
           + "".join(f", {k}={v}" for k, v in _timings(args.concurrency).items())
           + ("" if args.no_compare else "; compared with "
-             + ", ".join(f"{k}={v}" for k, v in ONE_SCAN_02.items())), flush=True)
+             + ", ".join(f"{k}={v}" for k, v in ONE_SCAN_02.to_env().items())), flush=True)
     figures = Figures()
     log_dir = Path(tempfile.mkdtemp(prefix="teamdesk-bench-"))
     for r in range(args.repeat):
@@ -938,7 +937,7 @@ async def main(argv: list[str] | None = None) -> int:
             "repeat": args.repeat,
             "workers": counts, "concurrency": args.concurrency, "cores": os.cpu_count(),
             "timings": {"pipeline": _timings(args.concurrency),
-                        "one_scan": None if args.no_compare else ONE_SCAN_02},
+                        "one_scan": None if args.no_compare else ONE_SCAN_02.to_env()},
             "machine_busy": busy,
             "runs": {name: {str(k): v for k, v in values.items()}
                      for name, values in vars(figures).items()},

@@ -36,7 +36,8 @@ from sqlalchemy import text
 
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from benchmarks.dispatch import _explain, _fill, timed_scans
-from benchmarks.pipeline import PIPELINE_TIMINGS, Progress, _counts, _insert_tasks, _prepare
+from benchmarks.pipeline import Progress, _counts, _insert_tasks, _prepare
+from labs.timings import TICK_02
 from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import dispatch_tasks
@@ -116,7 +117,7 @@ async def memory(base: Settings, total: int, log_dir: Path) -> list[tuple[int, f
     """RSS (MiB) of one worker process at checkpoints up to `total` completed tasks."""
     checkpoints = sorted({p for p in (1_000, 2_000, 5_000, total) if p <= total})
     world = World.open(base, "bmem")
-    proc = WorkerProc(world.settings, "mem", log_dir, PIPELINE_TIMINGS)
+    proc = WorkerProc(world.settings, "mem", log_dir, TICK_02.to_env())
     points: list[tuple[int, float]] = []
     try:
         await _prepare(world, total)

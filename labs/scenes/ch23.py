@@ -19,6 +19,7 @@ from labs import tables
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks.dispatcher import scan_query
+from teamdesk.tasks.queue import job_states, task_job_id
 
 #: Job states in which a queued job will still run (D4's "refresh only" branch).
 QUEUED = ("waiting", "delayed", "active", "prioritized", "waiting-children")
@@ -89,8 +90,8 @@ async def matching_ticket_ids(lab: Any, status: TicketStatus,
 async def diagnose(lab: Any, task: Any) -> str:
     """Exercise C: is a WAITING row with `dispatched_at` set stuck? Asks the queue, not
     `dispatched_at` alone (D1: it is the last enqueue *check*, not "sent"; D4)."""
-    row, job = await lab.task(task.id), await lab.job(task.id)
-    state = await job.getState() if job else None
+    row = await lab.task(task.id)
+    [state] = await job_states(lab.queue, [task_job_id(row.id, row.run)])
     if row.status != "WAITING" or row.dispatched_at is None:
         return f"{row.status}, dispatched_at {row.dispatched_at and 'set'}: not this question"
     if state in QUEUED:

@@ -16,19 +16,19 @@ from sqlalchemy import select
 from labs import tables
 from labs.names import Names
 from teamdesk.db.models import Ticket, TicketEvent
+from teamdesk.tasks.queue import job_states, task_job_id
 
 
 async def reminders(lab: Any, names: Names, *tasks: Any) -> pd.DataFrame:
     """One row per REMINDER task, by name: its ticket, its revision (O3), its ledger
     status, its queue job's state ("none" without a record) and its result summary (which
     says why a stale reminder sent nothing, M1)."""
-    rows = []
-    for t in tasks:
-        row, job = await lab.task(t.id), await lab.job(t.id)
-        rows.append({"task": names.of(t.id), "ticket": names.of(row.ticket_id),
-                     "revision": row.reminder_revision, "status": row.status.value,
-                     "job": await job.getState() if job else "none",
-                     "summary": row.result_summary or ""})
+    ledger = [await lab.task(t.id) for t in tasks]
+    states = await job_states(lab.queue, [task_job_id(row.id, row.run) for row in ledger])
+    rows = [{"task": names.of(row.id), "ticket": names.of(row.ticket_id),
+             "revision": row.reminder_revision, "status": row.status.value,
+             "job": state or "none", "summary": row.result_summary or ""}
+            for row, state in zip(ledger, states, strict=True)]
     return pd.DataFrame(rows).set_index("task")
 
 
@@ -53,10 +53,10 @@ async def d_facts(lab: Any, d1: Any, task: Any) -> dict[str, Any]:
     """The exercise's facts about ticket D: the new reminder `task` (status, summary; None
     if `task` is not a REMINDER task) and the old `d1` (ledger status, queue state)."""
     new = await lab.task(task.id) if getattr(task, "type", None) == "REMINDER" else None
-    old_job = await lab.job(d1.id)
+    old = await lab.task(d1.id)
+    [old_state] = await job_states(lab.queue, [task_job_id(old.id, old.run)])
     return {"new": new and (new.status.value, new.result_summary or ""),
-            "d1": ((await lab.task(d1.id)).status.value,
-                   old_job and await old_job.getState())}
+            "d1": (old.status.value, old_state)}
 
 
 def d_judged(facts: dict[str, Any] | None) -> bool | str:

@@ -28,6 +28,7 @@ from labs.chaos import (
     KINDS,
     ChaosConfig,
     ExportSpec,
+    Invariant,
     ReminderSpec,
     check_invariants,
     make_plan,
@@ -128,9 +129,12 @@ async def test_short_seeded_chaos_run_keeps_every_invariant(settings, tmp_path, 
                                                   report.completed_seen)
     finally:
         await engine.dispose()
-    found = "\n".join(violations)
+    found = "\n".join(map(str, violations))
     assert f"{export.id}: CSV differs" in found, found
-    changed = [v for v in violations if v.startswith(f"{export.id}: a COMPLETED row changed")]
-    assert changed and "result_csv" in changed[0], found
+    changed = [v for v in violations
+               if v.invariant is Invariant.UNCHANGED and v.task_id == export.id]
+    assert changed and "result_csv" in changed[0].text, found
+    assert {v.invariant for v in violations} == {Invariant.CSV, Invariant.UNCHANGED,
+                                                 Invariant.REMINDERS, Invariant.TERMINAL}
     assert f"ticket {reminder.ticket_id}: 2 notification(s)" in found, found
     assert f"{other.id}: not terminal (RUNNING" in found, found

@@ -21,28 +21,23 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from benchmarks._procs import wait_until
+from benchmarks._procs import wait_until, worker_env
+from labs.timings import FAST_WORKER
+from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.services import exports, tickets
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
 
-FAST = {
-    "TEAMDESK_DISPATCH_TICK_S": "0.2",
-    "TEAMDESK_HEARTBEAT_TTL_S": "1.5",
-    "TEAMDESK_LOCK_DURATION_MS": "1000",
-    "TEAMDESK_STALLED_INTERVAL_MS": "100",
-    "TEAMDESK_BACKOFF_DELAY_MS": "50",
-    "TEAMDESK_EXPORT_BATCH_SIZE": "10",
-}
-
 
 class Proc:
-    def __init__(self, settings, tmp_path: Path, name: str, **env: str) -> None:
+    """A `teamdesk worker` of this test's world with `timings` (a preset of
+    `labs.timings`, Q2) and `env` (variables that are not settings, e.g. a probe hold)."""
+
+    def __init__(self, settings, tmp_path: Path, name: str, *,
+                 timings: Settings = FAST_WORKER, **env: str) -> None:
         self.name = name
         self.log = tmp_path / f"{name}.log"
-        full_env = {**os.environ, **FAST, **env, "DATABASE_URL": settings.database_url,
-                    "REDIS_URL": settings.redis_url,
-                    "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
+        full_env = worker_env(settings, {**timings.to_env(), **env})
         self.p = subprocess.Popen(
             [sys.executable, "-m", "teamdesk.cli", "worker", "--name", name],
             env=full_env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
@@ -141,7 +136,7 @@ async def test_abandoned_export_is_finished_by_another_process(
     task_id = await _export(sessions)
     hold = tmp_path / "hold"
     w1 = Proc(settings, tmp_path, "w1", TEAMDESK_PROBE_HOLD=f"export.after_read:{hold}",
-              TEAMDESK_DRAIN_TIMEOUT_S="0.5")
+              timings=FAST_WORKER.replace(drain_timeout_s=0.5))
     procs.append(w1)
     await until(lambda: _exists(hold / "reached"), 30, "the export to reach the hold", w1)
     first = await status_of(sessions, task_id)
@@ -198,9 +193,12 @@ async def test_two_processes_complete_500_mixed_tasks_exactly_once(
     async with sessions() as s:
         total = await s.scalar(select(func.count()).select_from(BackgroundTask))
     assert total == 500
-    env = {"TEAMDESK_EXPORT_BATCH_SIZE": "100", "TEAMDESK_LOCK_DURATION_MS": "30000",
-           "TEAMDESK_STALLED_INTERVAL_MS": "30000"}
-    procs.extend([Proc(settings, tmp_path, "w1", **env), Proc(settings, tmp_path, "w2", **env)])
+    # Big batches, and the lock and stall check back at production values (left out of
+    # the environment, so the child's defaults apply).
+    load = FAST_WORKER.replace(export_batch_size=100, lock_duration_ms=30_000,
+                               stalled_interval_ms=30_000)
+    procs.extend([Proc(settings, tmp_path, "w1", timings=load),
+                  Proc(settings, tmp_path, "w2", timings=load)])
 
     async def all_done() -> bool:
         async with sessions() as s:
@@ -236,7 +234,7 @@ def test_worker_without_redis_says_so_in_one_line(settings, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "DATABASE_URL": settings.database_url,
-           "REDIS_URL": f"redis://127.0.0.1:{port}/0", "TEAMDESK_REDIS_TIMEOUT_S": "1"}
+           **Settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_timeout_s=1).to_env()}
     out = subprocess.run([sys.executable, "-m", "teamdesk.cli", "worker", "--name", "w"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr

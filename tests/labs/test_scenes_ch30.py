@@ -8,9 +8,9 @@ import signal
 
 from labs.procs import wait_until
 from labs.scenes import ch30
+from labs.timings import SCENE_WORKER
 
-FAST = {"TEAMDESK_DISPATCH_TICK_S": "0.2", "TEAMDESK_HEARTBEAT_TTL_S": "1.5",
-        "TEAMDESK_EXPORT_BATCH_SIZE": "10"}
+FAST = SCENE_WORKER.to_env()
 
 
 async def test_held_process_drains_after_release_and_reports_its_lease(lab):

@@ -1,6 +1,7 @@
 """Pure pieces of `labs.chaos` (no services): the opt-in SIGSTOP kind leaves the default
-schedules as they were, the invariant table groups the checker's messages, and the
-counterexample entry point refuses what it does not know."""
+schedules as they were, every fault kind is declared once and struck by a driver method of
+its name, the invariant table groups typed violations by their invariant, the worker-log
+parse, and the counterexample entry point refuses what it does not know."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ import pytest
 from labs import counterexample_worker
 from labs.chaos import (
     ALL_KINDS,
+    FAULT_KINDS,
     INVARIANTS,
     KINDS,
     ChaosConfig,
+    Driver,
+    Invariant,
+    Violation,
     invariant_rows,
     make_schedule,
     run_chaos,
+    worker_logs,
 )
+from labs.chaos.kinds import BREAKS_REDIS
 from teamdesk.config import Settings
 
 #: Printed by `python -m benchmarks.chaos --seed 11 --workers 3 --duration 12 --dry-run`
@@ -49,17 +56,21 @@ def test_sigstop_holds_outlast_the_lock():
     assert make_schedule(5, 2, 8.0, ALL_KINDS) == make_schedule(5, 2, 8.0, ALL_KINDS)
 
 
-def test_invariant_rows_group_the_checkers_messages():
+def test_invariant_rows_group_the_checkers_violations():
     violations = [
-        "TABCDE: FAILED with a text that is not one of the fixed ones: 'Boom: raw'",
-        "TABCDF: CSV differs from a fresh recomputation of {} (3 vs 2 lines)",
-        "TABCDF: a COMPLETED row changed afterwards (result_csv_md5)",
-        "ticket 4: 2 notification(s) for 1 delivered reminder(s)",
-        "TABCDG: not terminal (RUNNING, progress 40)",
-        "w1 exited 1 after SIGTERM; expected 0 or 3 (W4)",
+        Violation(Invariant.FIXED_TEXT, "TABCDE",
+                  "FAILED with a text that is not one of the fixed ones: 'Boom: raw'"),
+        Violation(Invariant.CSV, "TABCDF",
+                  "CSV differs from a fresh recomputation of {} (3 vs 2 lines)"),
+        Violation(Invariant.UNCHANGED, "TABCDF",
+                  "a COMPLETED row changed afterwards (result_csv_md5)"),
+        Violation(Invariant.REMINDERS, None, "ticket 4: 2 notification(s) for 1 delivered "
+                  "reminder(s)"),
+        Violation(Invariant.TERMINAL, "TABCDG", "not terminal (RUNNING, progress 40)"),
+        Violation(Invariant.RUN, None, "w1 exited 1 after SIGTERM; expected 0 or 3 (W4)"),
     ]
     rows = {r["invariant"]: r for r in invariant_rows(violations)}
-    assert list(rows) == [name for name, _, _ in INVARIANTS]
+    assert list(rows) == [inv.title for inv in INVARIANTS]
     assert {n: r["violations"] for n, r in rows.items() if r["violations"]} == {
         "every task terminal, no lease left": 1,
         "FAILED only with a fixed readable text": 1,
@@ -68,8 +79,66 @@ def test_invariant_rows_group_the_checkers_messages():
         "no COMPLETED row changed afterwards": 1,
         "the run itself (workers, settling)": 1,
     }
-    assert rows["FAILED only with a fixed readable text"]["example"].startswith("TABCDE")
+    assert rows["FAILED only with a fixed readable text"]["example"].startswith("TABCDE: ")
+    assert rows["the run itself (workers, settling)"]["rules"] == "W4, D8"
     assert all(r["violations"] == 0 for r in invariant_rows([]))
+
+
+def test_violations_are_grouped_by_their_invariant_not_their_words():
+    """A changed COMPLETED reminder row names `reminder_revision` among its changed columns:
+    it still counts under "no COMPLETED row changed afterwards" (words of another invariant
+    in the text do not move it)."""
+    v = Violation(Invariant.UNCHANGED, "TX", "a COMPLETED row changed afterwards "
+                  "(reminder_revision, result_summary)")
+    assert str(v) == "TX: a COMPLETED row changed afterwards (reminder_revision, result_summary)"
+    rows = {r["invariant"]: r["violations"] for r in invariant_rows([v])}
+    assert rows["no COMPLETED row changed afterwards"] == 1
+    assert rows["each current reminder sent once, stale ones never"] == 0
+    assert str(Violation(Invariant.RUN, None, "did not settle")) == "did not settle"
+
+
+def test_every_fault_kind_is_declared_once_and_has_its_driver_method():
+    """The kind table is the one description of a kind: each has a weight, a hold, an
+    action, a description and a colour; the driver strikes it with the method of its name;
+    the default and opt-in lists, and the Redis-breaking set, derive from it."""
+    assert tuple(FAULT_KINDS) == ALL_KINDS and set(KINDS) <= set(ALL_KINDS)
+    for name, kind in FAULT_KINDS.items():
+        assert kind.name == name and kind.weight > 0, name
+        assert 0 < kind.hold[0] <= kind.hold[1], name
+        assert kind.action and kind.description and kind.colour.startswith("#"), name
+        assert kind.target in ("process", "link", "server"), name
+        assert callable(getattr(Driver, name, None)), f"Driver has no method {name}"
+        assert (name in KINDS) == kind.default, name
+    assert BREAKS_REDIS == {"redis", "cut", "sigstop"}
+    assert len({k.colour for k in FAULT_KINDS.values()}) == len(FAULT_KINDS)
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        make_schedule(1, 2, 10.0, ("sigkill", "nope"))
+
+
+def test_worker_log_lines_are_parsed_once_into_events_and_fields():
+    """The workers' log format (`HH:MM:SS LEVEL event key=value ...`) read in one place:
+    counts by event (a `task.failed` only when exhausted, W2; `task.error_unreported` is
+    not `task.error`), the dispatcher's tick fields summed (D4, D6), other lines skipped."""
+    log = "\n".join([
+        "=== start #1 at 1.0",
+        "10:00:01 INFO task.lease_lost task_id=T1 run=0 execution_id=e during=progress",
+        "10:00:01 WARNING task.error task_id=T1 run=0 final=false error=OSError: x",
+        "10:00:01 INFO task.error_unreported task_id=T1 run=0 error=OSError (lease lost)",
+        "10:00:02 WARNING task.failed task_id=T2 run=0 exhausted=true error=X",
+        "10:00:02 WARNING task.failed task_id=T3 run=0 exhausted=false error=X",
+        "10:00:03 INFO dispatch.tick scanned=3 re_added=2 recovered_stale=1 ms=4",
+        "10:00:04 INFO dispatch.tick scanned=0 recovered_stale=2 ms=1",
+        "Traceback (most recent call last):",
+    ])
+    lines = list(worker_logs.parse(log))
+    assert [ln.event for ln in lines][:2] == ["task.lease_lost", "task.error"]
+    assert lines[0].second == 36001 and lines[0].fields["task_id"] == "T1"
+    counts = worker_logs.counts(lines)
+    assert counts["leases lost (P6: a newer executor owned the task)"] == 1
+    assert counts["errors reported with the lease (P7)"] == 1
+    assert counts["jobs the queue gave up on (failed listener, exhausted)"] == 1
+    assert worker_logs.tick_sums(lines) == {"recovered_stale": 3, "re_added": 2,
+                                            "failed_from_queue": 0}
 
 
 def test_unknown_counterexample_is_refused_before_anything_runs():

@@ -1,0 +1,270 @@
+"""The invariant checker: reads the ledger and the side effects after a run (changes
+nothing) and returns typed `Violation`s, each naming the `Invariant` it breaks — so the
+invariant table groups by `.invariant`, never by reading the text back."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from labs.chaos.plan import EXPORT_TEAM, REMINDER_TEAM
+from labs.chaos.workload import Expected, fingerprint
+from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType, Ticket
+from teamdesk.services import exports as export_services
+from teamdesk.tasks.dispatcher import QUEUE_FAILED_ERROR
+from teamdesk.tasks.errors import RejectReason, TaskRejected, retryable_error_text
+from teamdesk.tasks.exports import to_csv
+from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
+
+#: Every rejection text a FAILED task may carry (P8).
+REJECT_TEXTS = {TaskRejected(r).last_error for r in RejectReason}
+#: Every `last_error` a FAILED task may carry (P7, P8, D4).
+FIXED_FAILED_TEXTS = REJECT_TEXTS | {QUEUE_FAILED_ERROR} | {
+    retryable_error_text(a, MAX_TASK_ATTEMPTS, True) for a in range(1, MAX_TASK_ATTEMPTS + 1)}
+
+
+class Invariant(Enum):
+    """What must hold after any chaos run, with the rules each stands for."""
+
+    #: The ledger holds exactly the tasks the services created, all still run 0.
+    NOTHING_LOST = ("nothing lost, no run+1", "O1, D6")
+    #: Every task COMPLETED (progress 100) or FAILED, none with a lease left.
+    TERMINAL = ("every task terminal, no lease left", "W3, P6, D6")
+    #: FAILED only with a fixed readable text; rejected only when authorization changed.
+    FIXED_TEXT = ("FAILED only with a fixed readable text", "P7, P8, R1")
+    #: Each COMPLETED export's CSV equals a fresh recomputation over unchanged tickets.
+    CSV = ("each CSV equals a fresh recomputation", "P5, P12, X1")
+    #: Each current reminder revision delivered exactly once; superseded/closed never.
+    REMINDERS = ("each current reminder sent once, stale ones never", "P10, M1, O3")
+    #: No COMPLETED row changed after it was first seen.
+    UNCHANGED = ("no COMPLETED row changed afterwards", "P1, D3, P12")
+    #: The run itself: workers exit as W4 says, no dispatcher fault of its own, settled.
+    RUN = ("the run itself (workers, settling)", "W4, D8")
+
+    def __init__(self, title: str, rules: str) -> None:
+        #: The name the invariant table shows.
+        self.title = title
+        #: The contract ids it checks.
+        self.rules = rules
+
+
+#: The invariants in the table's order.
+INVARIANTS: tuple[Invariant, ...] = tuple(Invariant)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing the checker (or the run) found broken."""
+
+    #: The invariant it breaks.
+    invariant: Invariant
+    #: The task it is about, or None (a ticket, a worker, the run).
+    task_id: str | None
+    #: What is wrong, readable; without the task id, which `str()` puts in front.
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.text}" if self.task_id else self.text
+
+
+def invariant_rows(violations: Sequence[Violation]) -> list[dict[str, Any]]:
+    """One row per invariant, in `INVARIANTS` order: invariant, rules, violations, example
+    (the first violation's line)."""
+    groups: dict[Invariant, list[Violation]] = {inv: [] for inv in INVARIANTS}
+    for v in violations:
+        groups[v.invariant].append(v)
+    return [{"invariant": inv.title, "rules": inv.rules, "violations": len(groups[inv]),
+             "example": str(groups[inv][0])[:90] if groups[inv] else ""}
+            for inv in INVARIANTS]
+
+
+def _snapshot_columns() -> list[Any]:
+    """Every column of the ledger, with the CSV as its md5 (a snapshot stays small)."""
+    t = BackgroundTask
+    return [func.md5(t.result_csv).label("result_csv_md5") if c.name == "result_csv" else c
+            for c in t.__table__.columns]
+
+
+SNAPSHOT_NAMES = [("result_csv_md5" if c.name == "result_csv" else c.name)
+                  for c in BackgroundTask.__table__.columns]
+
+
+async def completed_rows(sessions: async_sessionmaker[AsyncSession],
+                         skip: set[str] | None = None) -> dict[str, tuple]:
+    """COMPLETED rows (all columns, the CSV as md5) for "never changed afterwards";
+    `skip`: ids already snapshotted."""
+    stmt = select(*_snapshot_columns()).where(BackgroundTask.status == TaskStatus.COMPLETED)
+    if skip:
+        stmt = stmt.where(BackgroundTask.id.not_in(list(skip)))
+    async with sessions() as s:
+        rows = (await s.execute(stmt)).all()
+    return {r[0]: tuple(r) for r in rows}
+
+
+async def check_invariants(sessions: async_sessionmaker[AsyncSession], expected: Expected,
+                           completed_seen: dict[str, tuple]
+                           ) -> tuple[list[Violation], Counter, Counter]:
+    """(violations, tasks by "TYPE STATUS", FAILED texts). Reads only; changes nothing."""
+    async with sessions() as s:
+        tasks = (await s.scalars(select(BackgroundTask))).all()
+    by_status: Counter = Counter(f"{t.type.value} {t.status.value}" for t in tasks)
+    failed_texts: Counter = Counter(t.last_error for t in tasks if t.status == TaskStatus.FAILED)
+    v = _check_rows(tasks, expected)
+    v.extend(await _check_exports(sessions, tasks, expected))
+    v.extend(await _check_reminders(sessions, tasks, expected))
+    now_rows = await completed_rows(sessions)
+    for task_id, seen in completed_seen.items():
+        if now_rows.get(task_id) != seen:
+            v.append(Violation(Invariant.UNCHANGED, task_id, "a COMPLETED row changed "
+                               f"afterwards ({_diff(seen, now_rows.get(task_id))})"))
+    return v, by_status, failed_texts
+
+
+def _check_rows(tasks: Sequence[BackgroundTask], expected: Expected) -> list[Violation]:
+    """Nothing lost, nothing extra, no run+1; terminal, no lease; FAILED texts fixed."""
+    v: list[Violation] = []
+    ids = {t.id for t in tasks}
+    if ids != set(expected.tasks):
+        missing, extra = set(expected.tasks) - ids, ids - set(expected.tasks)
+        v.append(Violation(Invariant.NOTHING_LOST, None,
+                           f"task count {len(ids)} != created {len(expected.tasks)}; missing "
+                           f"{sorted(missing)[:5]}, extra {sorted(extra)[:5]}"))
+    for t in tasks:
+        if t.run != 0:
+            v.append(Violation(Invariant.NOTHING_LOST, t.id,
+                               f"run {t.run}, but nobody retried it (D6 must keep the run)"))
+        if t.status not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+            v.append(Violation(Invariant.TERMINAL, t.id,
+                               f"not terminal ({t.status.value}, progress {t.progress})"))
+            continue
+        if t.execution_id is not None:
+            v.append(Violation(Invariant.TERMINAL, t.id, f"{t.status.value} but still "
+                               f"leased ({t.execution_id[:8]})"))
+        if t.status == TaskStatus.COMPLETED and t.progress != 100:
+            v.append(Violation(Invariant.TERMINAL, t.id,
+                               f"COMPLETED with progress {t.progress}"))
+        if t.status == TaskStatus.FAILED:
+            if t.last_error not in FIXED_FAILED_TEXTS:
+                v.append(Violation(Invariant.FIXED_TEXT, t.id, "FAILED with a text that is "
+                                   f"not one of the fixed ones: {t.last_error!r}"))
+            if t.type == TaskType.EXPORT and t.result_csv is not None:
+                v.append(Violation(Invariant.FIXED_TEXT, t.id, "FAILED export holds a CSV"))
+        kind, rejected = expected.tasks.get(t.id, ("?", None))
+        if kind == "export" and rejected and t.status == TaskStatus.COMPLETED:
+            v.append(Violation(Invariant.FIXED_TEXT, t.id, "export of the demoted agent "
+                               "COMPLETED; it must be rejected"))
+        if (kind == "export" and not rejected and t.status == TaskStatus.FAILED
+                and t.last_error in REJECT_TEXTS):
+            v.append(Violation(Invariant.FIXED_TEXT, t.id, f"rejected ({t.last_error!r}) "
+                               "though its authorization and size never changed"))
+    return v
+
+
+async def _check_exports(sessions: async_sessionmaker[AsyncSession],
+                         tasks: Sequence[BackgroundTask], expected: Expected
+                         ) -> list[Violation]:
+    """Each COMPLETED export's CSV equals a fresh recomputation over unchanged data."""
+    v: list[Violation] = []
+    if await fingerprint(sessions) != expected.export_fingerprint:
+        v.append(Violation(Invariant.CSV, None, f"the {EXPORT_TEAM} tickets changed during "
+                           "the run: the CSV check is void"))
+    async with sessions() as s:
+        for t in tasks:
+            if t.type != TaskType.EXPORT or t.status != TaskStatus.COMPLETED:
+                continue
+            fresh = to_csv(list((await s.scalars(export_services.export_query(
+                t.team_id, t.owner_id, t.scope,
+                export_services.validate_filters(t.filters)))).all()))
+            if t.result_csv != fresh:
+                v.append(Violation(Invariant.CSV, t.id, "CSV differs from a fresh "
+                                   f"recomputation of {t.filters} "
+                                   f"({len((t.result_csv or '').splitlines())} vs "
+                                   f"{len(fresh.splitlines())} lines)"))
+            if t.expires_at is None or not t.result_summary:
+                v.append(Violation(Invariant.CSV, t.id,
+                                   "COMPLETED export without expiry or summary"))
+    return v
+
+
+def _diff(before: tuple, after: tuple | None) -> str:
+    if after is None:
+        return "it is no longer COMPLETED or gone"
+    return ", ".join(n for n, a, b in zip(SNAPSHOT_NAMES, before, after, strict=True)
+                     if a != b)
+
+
+async def _check_reminders(sessions: async_sessionmaker[AsyncSession],
+                           tasks: Sequence[BackgroundTask], expected: Expected
+                           ) -> list[Violation]:
+    """Effects once per current revision, none for superseded or closed ones (P10, M1)."""
+    v: list[Violation] = []
+
+    def bad(task_id: str | None, what: str) -> None:
+        v.append(Violation(Invariant.REMINDERS, task_id, what))
+
+    async with sessions() as s:
+        tickets = {t.id: t for t in (await s.scalars(
+            select(Ticket).where(Ticket.team_id == REMINDER_TEAM))).all()}
+        notes = Counter({(r[0], r[1]): r[2] for r in (await s.execute(text(
+            "SELECT ticket_id, reminder_revision, count(*) FROM notifications "
+            "WHERE team_id = :team GROUP BY 1, 2"), {"team": REMINDER_TEAM})).all()})
+        events = (await s.execute(text(
+            "SELECT ticket_id, kind, data FROM ticket_events WHERE team_id = :team"),
+            {"team": REMINDER_TEAM})).all()
+    sent: Counter = Counter()
+    business: Counter = Counter()
+    for ticket_id, kind, data in events:
+        if kind == "reminder_sent":
+            sent[(ticket_id, (data or {}).get("revision"))] += 1
+        else:
+            business[ticket_id] += 1
+    delivered: Counter = Counter()
+    for t in tasks:
+        if t.type != TaskType.REMINDER:
+            continue
+        ticket = tickets.get(t.ticket_id)
+        if ticket is None:
+            bad(t.id, f"its ticket {t.ticket_id} is gone")
+            continue
+        key = (ticket.id, t.reminder_revision)
+        current = (t.reminder_revision == ticket.reminder_revision
+                   and ticket.status.value != "CLOSED" and ticket.deleted_at is None)
+        if current and t.status == TaskStatus.COMPLETED:
+            delivered[ticket.id] += 1
+            if not (t.result_summary or "").startswith("Reminder sent"):
+                bad(t.id, f"current revision COMPLETED without sending: {t.result_summary!r}")
+            if notes[key] != 1 or sent[key] != 1:
+                bad(t.id, f"current revision {key[1]} of ticket {key[0]} produced "
+                          f"{notes[key]} notification(s) and {sent[key]} reminder_sent "
+                          "event(s), expected exactly one each")
+        else:
+            if notes[key] or sent[key]:
+                what = "FAILED current" if current else "superseded/closed"
+                bad(t.id, f"{what} revision {key[1]} of ticket {key[0]} produced "
+                          f"{notes[key]} notification(s), {sent[key]} event(s); expected none")
+            if (t.status == TaskStatus.COMPLETED
+                    and not (t.result_summary or "").startswith("No reminder sent")):
+                bad(t.id, f"stale reminder COMPLETED as {t.result_summary!r}")
+    for ticket_id, ticket in tickets.items():
+        bumps = ticket.version - business[ticket_id]
+        if bumps != delivered[ticket_id]:
+            bad(None, f"ticket {ticket_id}: version {ticket.version} = {business[ticket_id]} "
+                      f"business change(s) + {bumps} bump(s), but {delivered[ticket_id]} "
+                      "reminder(s) delivered")
+        if delivered[ticket_id] > 1:
+            bad(None, f"ticket {ticket_id}: {delivered[ticket_id]} current reminders delivered")
+        total = sum(n for (tid, _), n in notes.items() if tid == ticket_id)
+        if total != delivered[ticket_id]:
+            bad(None, f"ticket {ticket_id}: {total} notification(s) for "
+                      f"{delivered[ticket_id]} delivered reminder(s)")
+        want = expected.tickets.get(ticket_id)
+        if want is not None and (ticket.reminder_revision, ticket.status.value == "CLOSED",
+                                 ticket.due_at is not None) != want:
+            bad(None, f"ticket {ticket_id}: revision/closed/due changed after creation")
+    return v

@@ -1,0 +1,114 @@
+"""What a run found (`ChaosReport`) and how it is printed: the header before the run (the
+schedule, the timings) and the summary after it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labs.chaos.checker import Invariant, Violation, invariant_rows
+from labs.chaos.config import ChaosConfig
+from labs.chaos.schedule import FaultEvent
+from labs.chaos.workload import Expected
+from labs.timings import CHAOS_WORKER, describe
+
+
+@dataclass
+class ChaosReport:
+    """Everything one run did and found; `ok` when it settled without a violation."""
+
+    config: ChaosConfig
+    schedule: list[FaultEvent]
+    executed: Counter = field(default_factory=Counter)
+    #: Process/link faults that struck while at least one task was RUNNING.
+    struck_running: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    #: Deviations worth a look that are not ledger invariants (e.g. an idle worker whose
+    #: drain timed out): printed, not counted as violations.
+    findings: list[str] = field(default_factory=list)
+    by_status: Counter = field(default_factory=Counter)
+    failed_texts: Counter = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    settled: bool = False
+    settle_s: float = 0.0
+    snapshots: int = 0
+    log_dir: Path | None = None
+    expected: Expected | None = None
+    completed_seen: dict[str, tuple] = field(default_factory=dict)
+    #: Fault spans for the swimlanes: (start, end, lane, kind), offsets from the window's
+    #: start; lane is a worker's name or "redis".
+    timeline: list[tuple[float, float, str, str]] = field(default_factory=list)
+    #: (offset, COMPLETED rows so far) at each snapshot.
+    completions: list[tuple[float, int]] = field(default_factory=list)
+    #: The kinds really used (after dropping unavailable ones).
+    kinds: tuple[str, ...] = ()
+    #: Dispatch faults (D8) in the workers' logs, split: struck while this run had that
+    #: worker's Redis broken (Redis stopped, its link cut, the worker frozen) — the fault
+    #: injected — and any other, a dispatcher fault of our own (its log lines).
+    dispatch_faults_injected: int = 0
+    dispatch_faults_own: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.settled and not self.violations
+
+    def violate(self, text: str, invariant: Invariant = Invariant.RUN) -> None:
+        """Record a violation found by the run itself (not about one task)."""
+        self.violations.append(Violation(invariant, None, text))
+
+    def invariant_rows(self) -> list[dict[str, Any]]:
+        """One row per invariant: the rules it checks and the violations found."""
+        return invariant_rows(self.violations)
+
+    def invariant_table(self) -> Any:
+        """`invariant_rows()` as a pandas DataFrame (for a notebook)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.invariant_rows()).set_index("invariant")
+
+
+def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[FaultEvent],
+                 out: Callable[[str], None], notes: list[str]) -> None:
+    """What the run will do, before it does it: the arguments, timings and schedule."""
+    out(f"chaos run: seed {config.seed}, {config.workers} worker process(es), {config.tasks} "
+        f"task(s), fault window {config.duration:g} s, kinds {','.join(kinds)}; "
+        f"machine: {os.cpu_count()} cores")
+    out(f"  worker timings (environment): {describe(CHAOS_WORKER)}")
+    for n in notes:
+        out(f"  note: {n}")
+    out(f"  fault schedule ({len(schedule)} faults):")
+    for ev in schedule:
+        out(f"    {ev.describe()}")
+
+
+def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
+    """What the run did and found, after it."""
+    out("summary")
+    out("  faults injected: " + ", ".join(
+        f"{k} {report.executed[k]}" + (f" (+{report.skipped[k]} skipped)"
+                                       if report.skipped[k] else "") for k in report.kinds))
+    struck = sum(report.struck_running.values())
+    out(f"  process/link faults that struck while a task was RUNNING: {struck} "
+        f"({', '.join(f'{k} {n}' for k, n in sorted(report.struck_running.items()))})")
+    out("  tasks by status: " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items())))
+    for text_, n in report.failed_texts.most_common():
+        out(f"  FAILED x{n}: {text_}")
+    out(f"  settled: {report.settled} after {report.settle_s:.1f} s; {report.snapshots} "
+        f"snapshots of COMPLETED rows ({len(report.completed_seen)} rows checked unchanged)")
+    out("  recovery notes:")
+    for n in report.notes:
+        out(f"    {n}")
+    if report.findings:
+        out("  findings (not ledger invariants, not counted as violations):")
+        for n in report.findings:
+            out(f"    {n}")
+    kept = report.log_dir or "removed (nothing to read in them; --keep-logs keeps them)"
+    out(f"  worker logs: {kept}")
+    out(f"  violations: {len(report.violations)}")
+    for v in report.violations[:30]:
+        out(f"    VIOLATION {v}")
