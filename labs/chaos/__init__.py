@@ -46,7 +46,7 @@ settle until every task is COMPLETED or FAILED. Then the invariants (`Invariant`
 - nothing lost: the ledger holds exactly the tasks the services created, all run 0;
 - every task terminal, no lease left; FAILED only with one of the fixed readable texts,
   and never a rejection text for a task whose authorization did not change;
-- each export's CSV equals a fresh recomputation (`export_query` + `to_csv`) — the
+- each export's CSV equals a fresh recomputation (`matching_tickets` + `to_csv`) — the
   exported team's tickets are not changed during the run (a fingerprint says so);
 - each current reminder revision: COMPLETED → exactly one notification, one
   `reminder_sent` event, one version bump; FAILED → none; superseded or closed: none;

@@ -178,9 +178,9 @@ async def _check_exports(sessions: async_sessionmaker[AsyncSession],
         for t in tasks:
             if t.type != TaskType.EXPORT or t.status != TaskStatus.COMPLETED:
                 continue
-            fresh = to_csv(list((await s.scalars(export_services.export_query(
-                t.team_id, t.owner_id, t.scope,
-                export_services.validate_filters(t.filters)))).all()))
+            fresh = to_csv(await export_services.matching_tickets(
+                s, t.team_id, t.owner_id, t.scope,
+                export_services.validate_filters(t.filters)))
             if t.result_csv != fresh:
                 v.append(Violation(Invariant.CSV, t.id, "CSV differs from a fresh "
                                    f"recomputation of {t.filters} "

@@ -8,22 +8,18 @@ request and its later execution agree on what the filters match (P8).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from teamdesk.config import Settings
 from teamdesk.db.models import (
     BackgroundTask,
     Member,
-    Priority,
     Scope,
     TaskStatus,
     TaskType,
-    Ticket,
-    TicketStatus,
 )
 from teamdesk.errors import (
     ExportExpired,
@@ -37,32 +33,6 @@ from teamdesk.services.access import require_member, require_scope, visible_task
 from teamdesk.services.export_filters import filter_params, validate_filters
 from teamdesk.tasks.ledger import QUERIES
 from teamdesk.tasks.outbox import new_export_task
-
-
-def export_query(team_id: str, owner_id: str, scope: Scope, filters: dict[str, Any]) -> Select:
-    """The tickets an export covers, in a stable order (id). `filters` must be validated."""
-    stmt = select(Ticket).where(Ticket.team_id == team_id, Ticket.deleted_at.is_(None))
-    if scope is Scope.OWN:
-        stmt = stmt.where(Ticket.creator_id == owner_id)
-    if "status" in filters:
-        stmt = stmt.where(Ticket.status.in_([TicketStatus(s) for s in filters["status"]]))
-    if "priority" in filters:
-        stmt = stmt.where(Ticket.priority.in_([Priority(p) for p in filters["priority"]]))
-    if "created_from" in filters:
-        start = datetime.combine(date.fromisoformat(filters["created_from"]), datetime.min.time(),
-                                 UTC)
-        stmt = stmt.where(Ticket.created_at >= start)
-    if "created_to" in filters:
-        end = datetime.combine(date.fromisoformat(filters["created_to"]), datetime.min.time(),
-                               UTC) + timedelta(days=1)
-        stmt = stmt.where(Ticket.created_at < end)
-    if "text" in filters:
-        pattern = "%" + filters["text"].replace("\\", "\\\\").replace("%", "\\%").replace(
-            "_", "\\_") + "%"
-        stmt = stmt.where(Ticket.title.ilike(pattern, escape="\\"))
-    if "assignee_id" in filters:
-        stmt = stmt.where(Ticket.assignee_id == filters["assignee_id"])
-    return stmt.order_by(Ticket.id)
 
 
 async def _driver_rows(session: AsyncSession, name: str, params: dict[str, Any]) -> list[Any]:
