@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 
 from labs.history import short
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
-from teamdesk.tasks.queue import task_job_id
+from teamdesk.tasks.queue import job_states, task_job_id
 
 T = TypeVar("T")
 
@@ -140,27 +140,31 @@ def _job_row(job: Any, state: str) -> dict[str, Any]:
             "failedReason": job.failedReason or None, "_ts": job.timestamp or 0}
 
 
-async def _queue_rows(lab: Any) -> list[dict[str, Any]]:
+async def _jobs(lab: Any) -> dict[str, tuple[Any, str | None]]:
+    """Every job record in the queue's lists, with its state: one `getJobs` and one
+    round trip for all the states (`queue.job_states`)."""
     jobs = await _bounded(lab, lab.queue.getJobs([]), "getJobs")
-    rows = []
-    for job in jobs:
-        state = await _bounded(lab, job.getState(), f"getState({job.id})")
-        rows.append(_job_row(job, state))
+    states = await _bounded(lab, job_states(lab.queue, [j.id for j in jobs]), "job_states")
+    return {j.id: (j, state) for j, state in zip(jobs, states, strict=True)}
+
+
+def _queue_rows(jobs: dict[str, tuple[Any, str | None]]) -> list[dict[str, Any]]:
+    rows = [_job_row(job, state) for job, state in jobs.values()]
     rows.sort(key=lambda r: (r["_ts"], str(r["job_id"])))
     return rows
 
 
 async def queue(lab: Any) -> pd.DataFrame:
-    """Every job record of the lab's queue (bullmq `queue.getJobs` over all lists, then
-    `job.getState()` each), oldest first: `QUEUE_COLUMNS` = job_id, task_id and run (from
-    the job's data), state, attemptsMade, progress, failedReason."""
-    rows = await _queue_rows(lab)
+    """Every job record of the lab's queue (bullmq `queue.getJobs` over all lists, their
+    states in one round trip), oldest first: `QUEUE_COLUMNS` = job_id, task_id and run
+    (from the job's data), state, attemptsMade, progress, failedReason."""
+    rows = _queue_rows(await _jobs(lab))
     return _frame(rows, QUEUE_COLUMNS, ints=("run", "attemptsMade", "progress"))
 
 
 async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
     """The ledger and the queue side by side, one row per task (its current run's job
-    `<task>-<run>`, looked up with `queue.getJob` + `getState` as the dispatcher does),
+    `<task>-<run>`, its state read as the dispatcher reads it: `queue.job_states`),
     then one row per orphan job, with a `verdict` column (rules: `verdict`).
 
     Columns (`COMPARE_COLUMNS`): task_id, type, run, status, progress, execution (ledger
@@ -168,14 +172,14 @@ async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
     verdict. Orphan rows take task_id and run from the job's data and have no ledger
     fields."""
     led = await _ledger_rows(lab)
+    jobs = await _jobs(lab)
+    ids = [task_job_id(t["id"], t["run"]) for t in led]
+    states = await _bounded(lab, job_states(lab.queue, ids), "job_states")
     rows: list[dict[str, Any]] = []
-    current: set[str] = set()
-    for t in led:
-        job_id = task_job_id(t["id"], t["run"])
-        current.add(job_id)
-        job = await _bounded(lab, lab.queue.getJob(job_id), f"getJob({job_id})")
-        state = None if job is None else await _bounded(lab, job.getState(),
-                                                         f"getState({job_id})")
+    for t, job_id, state in zip(led, ids, states, strict=True):
+        job = jobs[job_id][0] if job_id in jobs else None
+        if job is None and state is not None:  # a record in no list ("unknown"): rare
+            job = await _bounded(lab, lab.queue.getJob(job_id), f"getJob({job_id})")
         rows.append({
             "task_id": t["id"], "type": t["type"], "run": t["run"], "status": t["status"],
             "progress": t["progress"], "execution": t["execution"], "job_id": job_id,
@@ -183,7 +187,8 @@ async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
             "job_progress": job.progress if job else None,
             "verdict": verdict(t["status"], state),
         })
-    for j in await _queue_rows(lab):
+    current = set(ids)
+    for j in _queue_rows(jobs):
         if j["job_id"] in current:
             continue
         rows.append({
