@@ -79,9 +79,10 @@ from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
 
-#: The pipeline's worker timings (`labs.timings`): the production defaults, and for
-#: comparison the configuration this benchmark ran before, a 0.2 s tick with one scan of at
-#: most 100 rows per tick (budget 0: the book's loop, no catch-up).
+#: The pipeline's share of the tighter of its two bounds (queue, ledger) it should reach;
+#: below it the benchmark prints where the time goes. The worker timings are the
+#: production defaults, compared with `labs.timings.ONE_SCAN_02` (a 0.2 s tick with one
+#: scan of at most 100 rows per tick: the book's loop, no catch-up).
 TARGET = 0.30
 #: The hot path's budget: worker CPU per task, each kind.
 CPU_TARGET_MS = 4.0
@@ -821,7 +822,7 @@ def _compare(k: int, pipe: float, busy: float, old: float, old_busy: float) -> s
             f"{old_busy:.0%} busy) -> {pipe / old:.2f}x")
 
 
-async def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=1)
@@ -840,51 +841,41 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="always print the profile of one in-process worker")
     parser.add_argument("--profile-tasks", type=int, default=1_000)
-    args = parser.parse_args(argv)
-    if args.tasks < 2 or args.repeat < 1 or args.backlog < 0:
-        parser.error("--tasks must be at least 2, --repeat at least 1, --backlog 0 or more")
-    counts = [int(x) for x in args.workers.split(",") if x.strip()]
-    base = devservices.resolve_settings(owner_pid=os.getpid())
-    whole = Busy()
-    print(f"pipeline benchmark: {args.tasks:,} tasks (half small exports, half reminders), "
-          f"worker processes {counts}, {args.repeat} run(s); machine: {os.cpu_count()} "
-          f"cores; worker timings: production defaults"
-          + "".join(f", {k}={v}" for k, v in _timings(args.concurrency).items())
-          + ("" if args.no_compare else "; compared with "
-             + ", ".join(f"{k}={v}" for k, v in ONE_SCAN_02.to_env().items())), flush=True)
-    figures = Figures()
-    log_dir = Path(tempfile.mkdtemp(prefix="teamdesk-bench-"))
-    for r in range(args.repeat):
-        print(f"  run {r + 1}/{args.repeat}", flush=True)
-        for k in counts:
-            q = await measure_queue(base, args.tasks, k, args.concurrency)
-            print(f"    queue bound ({k}): {q:.0f} jobs/s", flush=True)
-            led = await measure_ledger(base, args.tasks, k * args.concurrency)
-            print(f"    ledger bound ({k * args.concurrency} connection(s)): {led:.0f} tasks/s",
-                  flush=True)
-            run = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency)
-            print(f"    pipeline ({k}), production timings: {run.rate:.0f} tasks/s; CPU per "
-                  f"task: worker process(es) {run.worker_ms:.1f} ms, PostgreSQL "
-                  f"{run.postgres_ms:.1f} ms; machine {run.busy:.0%} busy; dispatch faults "
-                  f"{run.faults}", flush=True)
-            figures.add("queue", k, q)
-            figures.add("ledger", k, led)
-            figures.add("pipeline", k, run.rate)
-            figures.add("worker_ms", k, run.worker_ms)
-            figures.add("postgres_ms", k, run.postgres_ms)
-            figures.add("busy", k, run.busy)
-            figures.add("faults", k, run.faults)
-            if not args.no_compare:
-                old = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency,
-                                             timings=ONE_SCAN_02,
-                                             label="pipeline, 0.2 s tick, one scan")
-                print(f"    pipeline ({k}), 0.2 s tick, one scan per tick: {old.rate:.0f} "
-                      f"tasks/s; machine {old.busy:.0%} busy; dispatch faults {old.faults}",
-                      flush=True)
-                figures.add("one_scan", k, old.rate)
-                figures.add("one_scan_busy", k, old.busy)
-                figures.add("one_scan_faults", k, old.faults)
-            print(_line(k, q, led, run.rate)[0], flush=True)
+    return parser
+
+
+async def _one_round(base: Settings, args: argparse.Namespace, k: int, log_dir: Path,
+                     figures: Figures) -> None:
+    """One run of each measurement with `k` worker processes, into `figures`."""
+    q = await measure_queue(base, args.tasks, k, args.concurrency)
+    print(f"    queue bound ({k}): {q:.0f} jobs/s", flush=True)
+    led = await measure_ledger(base, args.tasks, k * args.concurrency)
+    print(f"    ledger bound ({k * args.concurrency} connection(s)): {led:.0f} tasks/s",
+          flush=True)
+    run = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency)
+    print(f"    pipeline ({k}), production timings: {run.rate:.0f} tasks/s; CPU per "
+          f"task: worker process(es) {run.worker_ms:.1f} ms, PostgreSQL "
+          f"{run.postgres_ms:.1f} ms; machine {run.busy:.0%} busy; dispatch faults "
+          f"{run.faults}", flush=True)
+    for name, value in (("queue", q), ("ledger", led), ("pipeline", run.rate),
+                        ("worker_ms", run.worker_ms), ("postgres_ms", run.postgres_ms),
+                        ("busy", run.busy), ("faults", run.faults)):
+        figures.add(name, k, value)
+    if not args.no_compare:
+        old = await measure_pipeline(base, args.tasks, k, log_dir, args.concurrency,
+                                     timings=ONE_SCAN_02,
+                                     label="pipeline, 0.2 s tick, one scan")
+        print(f"    pipeline ({k}), 0.2 s tick, one scan per tick: {old.rate:.0f} "
+              f"tasks/s; machine {old.busy:.0%} busy; dispatch faults {old.faults}",
+              flush=True)
+        figures.add("one_scan", k, old.rate)
+        figures.add("one_scan_busy", k, old.busy)
+        figures.add("one_scan_faults", k, old.faults)
+    print(_line(k, q, led, run.rate)[0], flush=True)
+
+
+def _print_medians(args: argparse.Namespace, counts: list[int], figures: Figures) -> bool:
+    """The medians per worker count; returns whether a share missed `TARGET`."""
     print(f"\n  medians of {args.repeat} run(s), {args.tasks:,} tasks each:")
     missed = False
     for k in counts:
@@ -902,9 +893,13 @@ async def main(argv: list[str] | None = None) -> int:
             if k != 1:
                 print(f"    scaling: {k} worker processes = "
                       f"{statistics.median(figures.pipeline[k]) / one:.2f}x one")
-    # Worker CPU per task for each kind (target: at most 4 ms each): one run per kind with
-    # the largest worker count, only that kind's half of the N tasks.
-    k = max(counts)
+    return missed
+
+
+async def _per_kind(base: Settings, args: argparse.Namespace, k: int,
+                    log_dir: Path) -> dict[str, Any]:
+    """Worker CPU per task for each kind (target: at most `CPU_TARGET_MS` each): one run
+    per kind with `k` worker processes, only that kind's half of the N tasks."""
     per_kind = {}
     print(f"\n  per kind, {k} worker process(es), {args.tasks // 2:,} tasks of one kind each:")
     for kind in ("EXPORT", "REMINDER"):
@@ -914,38 +909,73 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"    {kind.lower():8s}: {run.rate:6.0f} tasks/s; worker CPU per task "
               f"{run.worker_ms:.2f} ms ({mark}), PostgreSQL {run.postgres_ms:.2f} ms",
               flush=True)
-    backlog = None
-    if args.backlog:
-        print(f"\n  backlog: {args.backlog:,} due rows at once, {k} worker process(es), "
-              "production timings", flush=True)
-        backlog = await measure_backlog(base, args.backlog, k, log_dir, args.concurrency)
-        print(f"    dispatcher: all in the queue after {backlog.queued_s:.1f} s, all COMPLETED "
-              f"after {backlog.completed_s:.1f} s (machine {backlog.busy:.0%} busy; dispatch "
-              f"faults {backlog.faults})")
-        print(f"    raw queue: {backlog.n:,} no-op adds ({DEFAULT_CONCURRENCY} at a time) in "
-              f"{backlog.raw_add_s:.1f} s, drained by {k} no-op worker(s) after "
-              f"{backlog.raw_drain_s:.1f} s (machine {backlog.raw_busy:.0%} busy)")
-        mark = "ok" if backlog.ratio <= 3 else "ABOVE the 3x target"
-        print(f"    in the queue / raw adds = {backlog.ratio:.2f}x ({mark}); all COMPLETED / "
-              f"raw drain = {backlog.completed_s / backlog.raw_drain_s:.2f}x", flush=True)
+    return per_kind
+
+
+async def _backlog(base: Settings, args: argparse.Namespace, k: int, log_dir: Path) -> Any:
+    print(f"\n  backlog: {args.backlog:,} due rows at once, {k} worker process(es), "
+          "production timings", flush=True)
+    backlog = await measure_backlog(base, args.backlog, k, log_dir, args.concurrency)
+    print(f"    dispatcher: all in the queue after {backlog.queued_s:.1f} s, all COMPLETED "
+          f"after {backlog.completed_s:.1f} s (machine {backlog.busy:.0%} busy; dispatch "
+          f"faults {backlog.faults})")
+    print(f"    raw queue: {backlog.n:,} no-op adds ({DEFAULT_CONCURRENCY} at a time) in "
+          f"{backlog.raw_add_s:.1f} s, drained by {k} no-op worker(s) after "
+          f"{backlog.raw_drain_s:.1f} s (machine {backlog.raw_busy:.0%} busy)")
+    mark = "ok" if backlog.ratio <= 3 else "ABOVE the 3x target"
+    print(f"    in the queue / raw adds = {backlog.ratio:.2f}x ({mark}); all COMPLETED / "
+          f"raw drain = {backlog.completed_s / backlog.raw_drain_s:.2f}x", flush=True)
+    return backlog
+
+
+def _write_json(path: Path, base: Settings, args: argparse.Namespace, counts: list[int],
+                busy: float, figures: Figures, per_kind: dict[str, Any],
+                backlog: Any) -> None:
+    path.write_text(json.dumps({
+        "benchmark": "pipeline", **machine_info(base), "tasks": args.tasks,
+        "repeat": args.repeat,
+        "workers": counts, "concurrency": args.concurrency, "cores": os.cpu_count(),
+        "timings": {"pipeline": _timings(args.concurrency),
+                    "one_scan": None if args.no_compare else ONE_SCAN_02.to_env()},
+        "machine_busy": busy,
+        "runs": {name: {str(k): v for k, v in values.items()}
+                 for name, values in vars(figures).items()},
+        "medians": {str(k): figures.medians(k) for k in counts},
+        "per_kind": per_kind,
+        "backlog": None if backlog is None else {**vars(backlog), "ratio": backlog.ratio},
+    }, indent=2) + "\n")
+    print(f"  figures written to {path}")
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.tasks < 2 or args.repeat < 1 or args.backlog < 0:
+        parser.error("--tasks must be at least 2, --repeat at least 1, --backlog 0 or more")
+    counts = [int(x) for x in args.workers.split(",") if x.strip()]
+    base = devservices.resolve_settings(owner_pid=os.getpid())
+    whole = Busy()
+    print(f"pipeline benchmark: {args.tasks:,} tasks (half small exports, half reminders), "
+          f"worker processes {counts}, {args.repeat} run(s); machine: {os.cpu_count()} "
+          f"cores; worker timings: production defaults"
+          + "".join(f", {k}={v}" for k, v in _timings(args.concurrency).items())
+          + ("" if args.no_compare else "; compared with "
+             + ", ".join(f"{k}={v}" for k, v in ONE_SCAN_02.to_env().items())), flush=True)
+    figures = Figures()
+    log_dir = Path(tempfile.mkdtemp(prefix="teamdesk-bench-"))
+    for r in range(args.repeat):
+        print(f"  run {r + 1}/{args.repeat}", flush=True)
+        for k in counts:
+            await _one_round(base, args, k, log_dir, figures)
+    missed = _print_medians(args, counts, figures)
+    k = max(counts)
+    per_kind = await _per_kind(base, args, k, log_dir)
+    backlog = await _backlog(base, args, k, log_dir) if args.backlog else None
     busy = whole.share()
     print(f"\n  machine {busy:.0%} busy over the whole benchmark ({os.cpu_count()} cores)")
     print(f"  worker logs: {log_dir}")
     if args.json:
-        args.json.write_text(json.dumps({
-            "benchmark": "pipeline", **machine_info(base), "tasks": args.tasks,
-            "repeat": args.repeat,
-            "workers": counts, "concurrency": args.concurrency, "cores": os.cpu_count(),
-            "timings": {"pipeline": _timings(args.concurrency),
-                        "one_scan": None if args.no_compare else ONE_SCAN_02.to_env()},
-            "machine_busy": busy,
-            "runs": {name: {str(k): v for k, v in values.items()}
-                     for name, values in vars(figures).items()},
-            "medians": {str(k): figures.medians(k) for k in counts},
-            "per_kind": per_kind,
-            "backlog": None if backlog is None else {**vars(backlog), "ratio": backlog.ratio},
-        }, indent=2) + "\n")
-        print(f"  figures written to {args.json}")
+        _write_json(args.json, base, args, counts, busy, figures, per_kind, backlog)
     if missed or args.profile:
         if missed:
             print(f"\n  the pipeline is below {TARGET:.0%} of the tighter baseline: where the "
