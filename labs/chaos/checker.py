@@ -5,8 +5,8 @@ invariant table groups by `.invariant`, never by reading the text back."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -199,15 +199,22 @@ def _diff(before: tuple, after: tuple | None) -> str:
                      if a != b)
 
 
-async def _check_reminders(sessions: async_sessionmaker[AsyncSession],
-                           tasks: Sequence[BackgroundTask], expected: Expected
-                           ) -> list[Violation]:
-    """Effects once per current revision, none for superseded or closed ones (P10, M1)."""
-    v: list[Violation] = []
+@dataclass
+class _ReminderFacts:
+    """What the reminder team's database says, read once for the reminder checks."""
 
-    def bad(task_id: str | None, what: str) -> None:
-        v.append(Violation(Invariant.REMINDERS, task_id, what))
+    tickets: dict[str, Ticket]
+    #: (ticket, revision) → notifications written.
+    notes: Counter
+    #: (ticket, revision) → `reminder_sent` events.
+    sent: Counter
+    #: ticket → business events (anything but `reminder_sent`).
+    business: Counter
+    #: ticket → current reminders delivered (filled by the per-task check).
+    delivered: Counter = field(default_factory=Counter)
 
+
+async def _reminder_facts(sessions: async_sessionmaker[AsyncSession]) -> _ReminderFacts:
     async with sessions() as s:
         tickets = {t.id: t for t in (await s.scalars(
             select(Ticket).where(Ticket.team_id == REMINDER_TEAM))).all()}
@@ -224,47 +231,73 @@ async def _check_reminders(sessions: async_sessionmaker[AsyncSession],
             sent[(ticket_id, (data or {}).get("revision"))] += 1
         else:
             business[ticket_id] += 1
-    delivered: Counter = Counter()
+    return _ReminderFacts(tickets, notes, sent, business)
+
+
+def _check_reminder_task(t: BackgroundTask, f: _ReminderFacts,
+                         bad: Callable[[str | None, str], None]) -> None:
+    """P10, M1 for one reminder task: exactly one effect of each kind for the current
+    revision's completion, none otherwise."""
+    ticket = f.tickets.get(t.ticket_id)
+    if ticket is None:
+        bad(t.id, f"its ticket {t.ticket_id} is gone")
+        return
+    key = (ticket.id, t.reminder_revision)
+    current = (t.reminder_revision == ticket.reminder_revision
+               and ticket.status.value != "CLOSED" and ticket.deleted_at is None)
+    if current and t.status == TaskStatus.COMPLETED:
+        f.delivered[ticket.id] += 1
+        if not (t.result_summary or "").startswith("Reminder sent"):
+            bad(t.id, f"current revision COMPLETED without sending: {t.result_summary!r}")
+        if f.notes[key] != 1 or f.sent[key] != 1:
+            bad(t.id, f"current revision {key[1]} of ticket {key[0]} produced "
+                      f"{f.notes[key]} notification(s) and {f.sent[key]} reminder_sent "
+                      "event(s), expected exactly one each")
+        return
+    if f.notes[key] or f.sent[key]:
+        what = "FAILED current" if current else "superseded/closed"
+        bad(t.id, f"{what} revision {key[1]} of ticket {key[0]} produced "
+                  f"{f.notes[key]} notification(s), {f.sent[key]} event(s); expected none")
+    if (t.status == TaskStatus.COMPLETED
+            and not (t.result_summary or "").startswith("No reminder sent")):
+        bad(t.id, f"stale reminder COMPLETED as {t.result_summary!r}")
+
+
+def _check_reminder_ticket(ticket_id: str, ticket: Ticket, f: _ReminderFacts,
+                           expected: Expected, bad: Callable[[str | None, str], None]) -> None:
+    """M1 per ticket: each delivered reminder bumped the version once, wrote one
+    notification, and at most one reminder of a ticket was delivered."""
+    delivered = f.delivered[ticket_id]
+    bumps = ticket.version - f.business[ticket_id]
+    if bumps != delivered:
+        bad(None, f"ticket {ticket_id}: version {ticket.version} = {f.business[ticket_id]} "
+                  f"business change(s) + {bumps} bump(s), but {delivered} "
+                  "reminder(s) delivered")
+    if delivered > 1:
+        bad(None, f"ticket {ticket_id}: {delivered} current reminders delivered")
+    total = sum(n for (tid, _), n in f.notes.items() if tid == ticket_id)
+    if total != delivered:
+        bad(None, f"ticket {ticket_id}: {total} notification(s) for "
+                  f"{delivered} delivered reminder(s)")
+    want = expected.tickets.get(ticket_id)
+    if want is not None and (ticket.reminder_revision, ticket.status.value == "CLOSED",
+                             ticket.due_at is not None) != want:
+        bad(None, f"ticket {ticket_id}: revision/closed/due changed after creation")
+
+
+async def _check_reminders(sessions: async_sessionmaker[AsyncSession],
+                           tasks: Sequence[BackgroundTask], expected: Expected
+                           ) -> list[Violation]:
+    """Effects once per current revision, none for superseded or closed ones (P10, M1)."""
+    v: list[Violation] = []
+
+    def bad(task_id: str | None, what: str) -> None:
+        v.append(Violation(Invariant.REMINDERS, task_id, what))
+
+    facts = await _reminder_facts(sessions)
     for t in tasks:
-        if t.type != TaskType.REMINDER:
-            continue
-        ticket = tickets.get(t.ticket_id)
-        if ticket is None:
-            bad(t.id, f"its ticket {t.ticket_id} is gone")
-            continue
-        key = (ticket.id, t.reminder_revision)
-        current = (t.reminder_revision == ticket.reminder_revision
-                   and ticket.status.value != "CLOSED" and ticket.deleted_at is None)
-        if current and t.status == TaskStatus.COMPLETED:
-            delivered[ticket.id] += 1
-            if not (t.result_summary or "").startswith("Reminder sent"):
-                bad(t.id, f"current revision COMPLETED without sending: {t.result_summary!r}")
-            if notes[key] != 1 or sent[key] != 1:
-                bad(t.id, f"current revision {key[1]} of ticket {key[0]} produced "
-                          f"{notes[key]} notification(s) and {sent[key]} reminder_sent "
-                          "event(s), expected exactly one each")
-        else:
-            if notes[key] or sent[key]:
-                what = "FAILED current" if current else "superseded/closed"
-                bad(t.id, f"{what} revision {key[1]} of ticket {key[0]} produced "
-                          f"{notes[key]} notification(s), {sent[key]} event(s); expected none")
-            if (t.status == TaskStatus.COMPLETED
-                    and not (t.result_summary or "").startswith("No reminder sent")):
-                bad(t.id, f"stale reminder COMPLETED as {t.result_summary!r}")
-    for ticket_id, ticket in tickets.items():
-        bumps = ticket.version - business[ticket_id]
-        if bumps != delivered[ticket_id]:
-            bad(None, f"ticket {ticket_id}: version {ticket.version} = {business[ticket_id]} "
-                      f"business change(s) + {bumps} bump(s), but {delivered[ticket_id]} "
-                      "reminder(s) delivered")
-        if delivered[ticket_id] > 1:
-            bad(None, f"ticket {ticket_id}: {delivered[ticket_id]} current reminders delivered")
-        total = sum(n for (tid, _), n in notes.items() if tid == ticket_id)
-        if total != delivered[ticket_id]:
-            bad(None, f"ticket {ticket_id}: {total} notification(s) for "
-                      f"{delivered[ticket_id]} delivered reminder(s)")
-        want = expected.tickets.get(ticket_id)
-        if want is not None and (ticket.reminder_revision, ticket.status.value == "CLOSED",
-                                 ticket.due_at is not None) != want:
-            bad(None, f"ticket {ticket_id}: revision/closed/due changed after creation")
+        if t.type == TaskType.REMINDER:
+            _check_reminder_task(t, facts, bad)
+    for ticket_id, ticket in facts.tickets.items():
+        _check_reminder_ticket(ticket_id, ticket, facts, expected, bad)
     return v
