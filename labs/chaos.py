@@ -85,11 +85,11 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from devkit.services import ServiceError
 from labs.private_redis import PrivateRedis, PrivateRedisError
 from labs.procs import WorkerProc, stop_all, wait_heartbeats
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Role, Scope, TaskStatus, TaskType, Ticket
-from teamdesk.devservices import ServiceError
 from teamdesk.seed import EPOCH, seed_demo
 from teamdesk.services import exports as export_services
 from teamdesk.services import teams as team_services

@@ -20,14 +20,14 @@ from typing import Any
 import psutil
 import redis
 
+from devkit import services
 from labs.private_redis import kill_leftover
-from teamdesk import devservices
 from teamdesk.db.templates import drop_database
 
 
 def _dir() -> Path:
-    root = devservices.data_dir()
-    devservices.make_private_dir(root)  # also with URLs set, when nothing else made it
+    root = services.data_dir()
+    services.make_private_dir(root)  # also with URLs set, when nothing else made it
     d = root / "labs"
     d.mkdir(exist_ok=True, mode=0o700)
     d.chmod(0o700)  # a folder made by an older version was 0755
@@ -47,7 +47,7 @@ def record(lab: Any) -> Path:
             "private_redis": ({"pid": server.pid, "created": _created(server.pid)}
                               if server is not None and server.pid else None)}
     path = _dir() / f"{info['pid']}-{info['prefix']}.json"
-    devservices.write_private(path, json.dumps(info))
+    services.write_private(path, json.dumps(info))
     return path
 
 

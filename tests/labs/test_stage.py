@@ -18,10 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import text
 
+from devkit import services
 from labs import leftovers, locks, private_redis, stage, tables
 from labs.gates import GateTimeout
 from labs.lab import STUCK, Lab
-from teamdesk import devservices
 from teamdesk.db.locks import lock_team
 from teamdesk.db.templates import clone_database
 from teamdesk.services import tickets as ticket_services
@@ -181,7 +181,7 @@ async def test_an_open_labs_record_is_readable_by_its_owner_alone(service_settin
         assert len(records) == 1
         assert stat.S_IMODE(records[0].stat().st_mode) == 0o600
         assert stat.S_IMODE(leftovers._dir().stat().st_mode) == 0o700
-        root_mode = stat.S_IMODE(devservices.data_dir().stat().st_mode)
+        root_mode = stat.S_IMODE(services.data_dir().stat().st_mode)
         assert root_mode == (0o711 if os.geteuid() == 0 else 0o700), oct(root_mode)
 
 

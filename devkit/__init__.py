@@ -1,0 +1,7 @@
+"""The dev environment: what makes a laptop a lab for the `teamdesk` product.
+
+Embedded servers from wheels and their watchdog (`devkit.services`), the JupyterLab
+launcher (`devkit.lab`), the rules index (`devkit.rules`), the terminal demo
+(`devkit.demo`) and the full `teamdesk` command (`devkit.cli`). It uses the product
+(`teamdesk`) and never the lab harness (`labs`); the product imports nothing of it.
+"""
