@@ -120,7 +120,9 @@ def _owned(settings: Settings, root: str | Path | None) -> tuple[Path, int, bool
         cwd = Path(proc.cwd()).resolve()
     except (psutil.AccessDenied, psutil.NoSuchProcess) as err:
         raise NotOurRedis(f"cannot inspect the Redis server at {url} ({err}). {hint}") from None
-    if not cwd.is_relative_to(folder):
+    # S3's one check (the dev environment's): the embedded server of `folder` runs in
+    # `folder/redis`, the folder `start_redis` gives it.
+    if not services.is_server(proc.pid, services.REDIS_SERVER_NAMES, folder / "redis"):
         raise NotOurRedis(f"the Redis server at {url} (pid {proc.pid}, working folder {cwd}) "
                           f"was not started by this project. {hint}")
     return folder, port, True

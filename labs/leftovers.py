@@ -44,7 +44,8 @@ def record(lab: Any) -> Path:
     info = {"name": lab.name, "pid": os.getpid(), "created": _created(os.getpid()),
             "database_url": lab.settings.database_url, "redis_url": lab.settings.redis_url,
             "prefix": lab.settings.queue_prefix,
-            "private_redis": ({"pid": server.pid, "created": _created(server.pid)}
+            "private_redis": ({"pid": server.pid, "created": _created(server.pid),
+                               "dir": str(server.dir)}
                               if server is not None and server.pid else None)}
     path = _dir() / f"{info['pid']}-{info['prefix']}.json"
     services.write_private(path, json.dumps(info))
@@ -89,7 +90,7 @@ def clean(database_url: str, redis_url: str) -> list[str]:
             continue
         try:
             if server:
-                kill_leftover(server["pid"], server["created"])
+                kill_leftover(server["pid"], server["created"], server.get("dir"))
             else:
                 _delete_keys(info["redis_url"], info["prefix"])
             drop_database(info["database_url"])
