@@ -188,6 +188,26 @@ async def test_an_open_labs_record_is_readable_by_its_owner_alone(service_settin
 # ---------------------------------------------------------------- a Redis of its own
 
 
+def test_a_leftover_private_redis_is_stopped_only_when_it_is_that_server(tmp_path):
+    """S3: the clean-up of a killed kernel's private Redis signals the recorded pid only
+    when it is still a Redis server of the recorded folder, started at the recorded time
+    (`devkit.services.is_server`, the dev environment's one check)."""
+    import psutil
+
+    server = private_redis.PrivateRedis().start()
+    try:
+        created = psutil.Process(server.pid).create_time()
+        private_redis.kill_leftover(server.pid, created, None)  # an older record: no folder
+        private_redis.kill_leftover(server.pid, created, tmp_path)  # another folder's
+        private_redis.kill_leftover(server.pid, created + 5, server.dir)  # a reused pid
+        assert server.running
+        private_redis.kill_leftover(server.pid, created, server.dir)
+        server.proc.wait(10)
+        assert not server.running
+    finally:
+        server.remove()
+
+
 async def test_private_redis_outage_hurts_nobody_else(service_settings):
     """23 §7, D8: a lab on its own Redis stops it for real; the shared server (and
     so every other notebook) keeps answering; the lab's tick fails fast, then recovers."""
