@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from teamdesk import devservices
+from devkit import services
 
 
 def _use_servers_of_our_own() -> None:
@@ -25,7 +25,7 @@ def _use_servers_of_our_own() -> None:
         return
     if os.environ.get("TEAMDESK_LAB_DATA_DIR"):
         return  # a pytest run inside the suite (e.g. notebook 27): the suite's folder already
-    lab = devservices.data_dir()
+    lab = services.data_dir()
     os.environ["TEAMDESK_LAB_DATA_DIR"] = str(lab)
     os.environ["TEAMDESK_DATA_DIR"] = str(Path(f"{lab}-suite"))
 

@@ -2,7 +2,8 @@
 """Bootstrap for a fresh machine with only Python 3.11+: the README's two commands.
 
     python3 tasklab.py lab    # set up .venv, start PostgreSQL + Redis, open JupyterLab
-    python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration, notebooks)
+    python3 tasklab.py test   # set up .venv, run ruff, lint-imports and every test (unit,
+                              # integration, notebooks)
     python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
 
 Standard library only. The virtual environment lives in `.venv/`, built with the Python
@@ -71,6 +72,10 @@ def run(args: list[str]) -> int:
 def cmd_test(extra: list[str]) -> int:
     _say("ruff check …")
     if run([str(BIN / "ruff"), "check", "."]) != 0:
+        return 1
+    # The three rooms and "no cycles" ([tool.importlinter] in pyproject.toml).
+    _say("lint-imports …")
+    if run([str(BIN / "lint-imports"), "--no-cache"]) != 0:
         return 1
     targets = extra or ["tests", "notebooks"]
     _say(f"pytest {' '.join(targets)} …")

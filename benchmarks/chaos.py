@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 
+from devkit import services
 from labs.chaos import (
     ALL_KINDS,
     KINDS,
@@ -38,7 +39,6 @@ from labs.chaos import (
     run_chaos,
 )
 from labs.procs import clear_prefix
-from teamdesk import devservices
 from teamdesk.db.templates import clone_database, drop_database
 
 # ---------------------------------------------------------------- command line
@@ -86,7 +86,7 @@ async def main(argv: list[str] | None = None) -> int:
               f"({sum(s.tasks - 1 for s in reminders if s.tasks > 1)} superseded revision(s) "
               f"at least, {sum(s.close for s in reminders)} closed)")
         return 0
-    base = devservices.resolve_settings(owner_pid=os.getpid())
+    base = services.resolve_settings(owner_pid=os.getpid())
     url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_chaos")
     settings = base.replace(database_url=url, queue_prefix=f"chaos{os.getpid()}")
     try:

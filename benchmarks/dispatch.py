@@ -30,7 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from benchmarks._procs import World, clear_prefix
-from teamdesk import devservices
+from devkit import services
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY, dispatch_tasks, scan
@@ -223,7 +223,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--drain", type=int, default=5_000)
     args = parser.parse_args(argv)
-    base = devservices.resolve_settings(owner_pid=os.getpid())
+    base = services.resolve_settings(owner_pid=os.getpid())
     await scan_benchmark(base, args.rows)
     print()
     await drain_benchmark(base, args.drain)

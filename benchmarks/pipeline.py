@@ -73,8 +73,8 @@ from sqlalchemy import text
 
 from benchmarks._machine import machine_info
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from devkit import services
 from labs.timings import ONE_SCAN_02, PRODUCTION
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
@@ -953,7 +953,7 @@ async def main(argv: list[str] | None = None) -> int:
     if args.tasks < 2 or args.repeat < 1 or args.backlog < 0:
         parser.error("--tasks must be at least 2, --repeat at least 1, --backlog 0 or more")
     counts = [int(x) for x in args.workers.split(",") if x.strip()]
-    base = devservices.resolve_settings(owner_pid=os.getpid())
+    base = services.resolve_settings(owner_pid=os.getpid())
     whole = Busy()
     print(f"pipeline benchmark: {args.tasks:,} tasks (half small exports, half reminders), "
           f"worker processes {counts}, {args.repeat} run(s); machine: {os.cpu_count()} "

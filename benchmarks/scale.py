@@ -37,8 +37,8 @@ from sqlalchemy import text
 from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from benchmarks.dispatch import _explain, _fill, timed_scans
 from benchmarks.pipeline import Progress, _counts, _insert_tasks, _prepare
+from devkit import services
 from labs.timings import TICK_02
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import dispatch_tasks
 from teamdesk.tasks.ledger import Ledger
@@ -163,7 +163,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-scan", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args(argv)
-    base = devservices.resolve_settings(owner_pid=os.getpid())
+    base = services.resolve_settings(owner_pid=os.getpid())
     print(f"scale benchmark; machine: {os.cpu_count()} cores; {args.repeat} run(s)",
           flush=True)
     if not args.skip_scan:

@@ -17,7 +17,7 @@ or plain `Settings`.
 
 **Stopping Redis stops it for everyone using that server**, and the embedded server keeps
 no data across a restart: every queue of every prefix is empty afterwards. The lab only
-stops a server it owns: one started by `teamdesk.devservices` for this project's data
+stops a server it owns: one started by `devkit.services` for this project's data
 folder (or the `root` you pass). A `REDIS_URL` pointing at any other server is refused
 with `NotOurRedis`.
 """
@@ -33,8 +33,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
+from devkit import services
 from labs.gates import Fault
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.redaction import redact
 from teamdesk.tasks.queue import delete_prefix, redis_client
@@ -45,8 +45,8 @@ _STOPPED: set[tuple[Path, int]] = set()
 
 
 class NotOurRedis(RuntimeError):
-    """The Redis at the target's URL was not started by this project's devservices, so the
-    lab refuses to stop or start it."""
+    """The Redis at the target's URL was not started by this project's dev environment
+    (`devkit.services`), so the lab refuses to stop or start it."""
 
 
 class InjectedWriteError(ConnectionError):
@@ -78,7 +78,7 @@ def _host_port(url: str) -> tuple[str, int]:
 def _listener(port: int) -> psutil.Process | None:
     """The Redis-compatible server process listening on `port` of this machine, if any."""
     for proc in psutil.process_iter(["name"]):
-        if not (proc.info.get("name") or "").startswith(devservices.REDIS_SERVER_NAMES):
+        if not (proc.info.get("name") or "").startswith(services.REDIS_SERVER_NAMES):
             continue
         try:
             conns = proc.net_connections(kind="tcp")
@@ -91,11 +91,11 @@ def _listener(port: int) -> psutil.Process | None:
 
 
 def _embedded_port(folder: Path) -> int | None:
-    """The port devservices recorded for the project's embedded Redis (default data
+    """The port `devkit.services` recorded for the project's embedded Redis (default data
     folder only), e.g. to start it again after another process stopped it."""
-    if folder != devservices.data_dir().resolve():
+    if folder != services.data_dir().resolve():
         return None
-    url = devservices.status().get("redis_url")
+    url = services.status().get("redis_url")
     return _host_port(url)[1] if url else None
 
 
@@ -104,8 +104,8 @@ def _owned(settings: Settings, root: str | Path | None) -> tuple[Path, int, bool
     `NotOurRedis` explaining why it is not ours."""
     host, port = _host_port(settings.redis_url or "")
     url = redact(settings.redis_url)  # only ever shown (S2)
-    folder = Path(root or devservices.data_dir()).resolve()
-    hint = ("labs.faults only stops the Redis that `teamdesk.devservices` started for this "
+    folder = Path(root or services.data_dir()).resolve()
+    hint = ("labs.faults only stops the Redis that `devkit.services` started for this "
             f"project ({folder}); stop yours yourself (e.g. `docker compose stop redis`), or "
             "unset REDIS_URL to use the embedded one.")
     if host not in _LOOPBACK:
@@ -120,7 +120,9 @@ def _owned(settings: Settings, root: str | Path | None) -> tuple[Path, int, bool
         cwd = Path(proc.cwd()).resolve()
     except (psutil.AccessDenied, psutil.NoSuchProcess) as err:
         raise NotOurRedis(f"cannot inspect the Redis server at {url} ({err}). {hint}") from None
-    if not cwd.is_relative_to(folder):
+    # S3's one check (the dev environment's): the embedded server of `folder` runs in
+    # `folder/redis`, the folder `start_redis` gives it.
+    if not services.is_server(proc.pid, services.REDIS_SERVER_NAMES, folder / "redis"):
         raise NotOurRedis(f"the Redis server at {url} (pid {proc.pid}, working folder {cwd}) "
                           f"was not started by this project. {hint}")
     return folder, port, True
@@ -137,7 +139,7 @@ async def stop_redis(target: Any, *, root: str | Path | None = None) -> None:
     folder, port, running = _owned(settings, root)
     if not running:
         return
-    await asyncio.to_thread(devservices.stop_redis, folder)
+    await asyncio.to_thread(services.stop_redis, folder)
     _STOPPED.add((folder, port))
     _note(target, f"redis stopped (port {port})")
 
@@ -150,7 +152,7 @@ async def start_redis(target: Any, *, root: str | Path | None = None) -> None:
     if running:
         _STOPPED.discard((folder, port))
         return
-    await asyncio.to_thread(devservices.start_redis, folder, port)
+    await asyncio.to_thread(services.start_redis, folder, port)
     _STOPPED.discard((folder, port))
     _note(target, f"redis started (port {port}, empty)")
 

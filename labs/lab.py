@@ -61,13 +61,13 @@ from typing import Any
 
 from sqlalchemy import select
 
+from devkit import services
 from labs import _scope, counterexamples, leftovers
 from labs import stage as _stage
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
 from labs.private_redis import PrivateRedis
 from labs.recorder import Recorder
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.models import BackgroundTask, Priority, Scope, Ticket
@@ -265,7 +265,7 @@ class Lab:
         - `name` — a label for messages and `repr` (the prefix and database get random
           suffixes anyway, so two labs may share a name);
         - `settings` — where PostgreSQL and Redis are; default: `DATABASE_URL` /
-          `REDIS_URL`, or the embedded servers started on demand (`teamdesk.devservices`);
+          `REDIS_URL`, or the embedded servers started on demand (`devkit.services`);
         - `seed` / `tickets` — seed the demo team with that many tickets (same data every
           time);
         - `close_timeout` — seconds a worker may take to finish its job when closed before
@@ -293,7 +293,7 @@ class Lab:
             earlier = _OPEN_BY_NAME.pop(name, None) if replace else None
             if earlier is not None and not earlier.closed:
                 await earlier.close(check=False)
-            base = await asyncio.to_thread(devservices.resolve_settings, settings)
+            base = await asyncio.to_thread(services.resolve_settings, settings)
             await asyncio.to_thread(leftovers.clean, base.database_url, base.redis_url)
             if timings:
                 base = base.replace(**timings)

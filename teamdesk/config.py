@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 
 _ENV_PREFIX = "TEAMDESK_"
-#: `TEAMDESK_*` variables the project uses that are not settings (devservices' data folder
-#: and Redis binary, the lab command, probe holds, the test run's note of the lab's data
-#: folder): never reported as unknown.
+#: `TEAMDESK_*` variables the project uses that are not settings (the dev environment's:
+#: `devkit.services`' data folder and Redis binary, the lab command; probe holds; the test
+#: run's note of the lab's data folder): never reported as unknown.
 NON_SETTING_VARS = frozenset({"TEAMDESK_DATA_DIR", "TEAMDESK_REDIS_SERVER", "TEAMDESK_LAB_PORT",
                               "TEAMDESK_PROBE_HOLD", "TEAMDESK_LAB_DATA_DIR"})
 
@@ -49,7 +49,7 @@ _BOUNDS: dict[str, str] = {
 class Settings:
     """Connection URLs plus every timing and limit of the task system.
 
-    `database_url` / `redis_url` are None until resolved: `devservices.resolve_settings()`
+    `database_url` / `redis_url` are None until resolved: `services.resolve_settings()`
     fills them from `DATABASE_URL` / `REDIS_URL`, or starts the embedded default.
     """
 

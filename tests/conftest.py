@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from teamdesk import devservices
+from devkit import services
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.templates import clone_database, drop_database
@@ -21,7 +21,7 @@ from teamdesk.tasks.queue import delete_prefix
 @pytest.fixture(scope="session")
 def service_settings() -> Settings:
     """Settings pointing at the running services; this pytest process owns them."""
-    return devservices.resolve_settings(owner_pid=os.getpid())
+    return services.resolve_settings(owner_pid=os.getpid())
 
 
 @pytest.fixture

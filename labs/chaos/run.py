@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from devkit.services import ServiceError
 from labs.chaos import worker_logs
 from labs.chaos.checker import check_invariants
 from labs.chaos.config import ChaosConfig
@@ -30,7 +31,6 @@ from labs.private_redis import PrivateRedis, PrivateRedisError
 from labs.procs import stop_all, wait_heartbeats
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, TaskStatus
-from teamdesk.devservices import ServiceError
 from teamdesk.tasks.queue import create_task_queue, job_states, task_job_id
 
 

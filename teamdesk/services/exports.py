@@ -28,9 +28,9 @@ from teamdesk.errors import (
     InvalidFilters,
     NotFound,
 )
+from teamdesk.export_filters import filter_params, validate_filters
 from teamdesk.services._tx import transaction
 from teamdesk.services.access import require_member, require_scope, visible_task
-from teamdesk.services.export_filters import filter_params, validate_filters
 from teamdesk.tasks.ledger import QUERIES
 from teamdesk.tasks.outbox import new_export_task
 

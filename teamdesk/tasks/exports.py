@@ -17,7 +17,7 @@ import psycopg
 from teamdesk import probes
 from teamdesk.db.models import Role
 from teamdesk.errors import InvalidFilters
-from teamdesk.services.export_filters import filter_params, validate_filters
+from teamdesk.export_filters import filter_params, validate_filters
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.lease import Lease

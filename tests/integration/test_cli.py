@@ -19,7 +19,7 @@ import pytest
 def _run(settings, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
            "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
-    return subprocess.run([sys.executable, "-m", "teamdesk.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "devkit.cli", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -79,7 +79,7 @@ def test_demo_pause_without_a_terminal_says_so(settings):
     with one line and exit 2, not an `EOFError` halfway through the demo."""
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "REDIS_URL": settings.redis_url, "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
-    out = subprocess.run([sys.executable, "-m", "teamdesk.cli", "demo", "race", "--pause"],
+    out = subprocess.run([sys.executable, "-m", "devkit.cli", "demo", "race", "--pause"],
                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2, (out.stdout, out.stderr)
@@ -95,7 +95,7 @@ def test_worker_redacts_the_redis_password_when_redis_is_unreachable(settings):
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "REDIS_URL": f"redis://:s3cr%40t-pw@127.0.0.1:{port}/0",
            "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
-    out = subprocess.run([sys.executable, "-m", "teamdesk.cli", "worker"], env=env,
+    out = subprocess.run([sys.executable, "-m", "devkit.cli", "worker"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "s3cr" not in out.stderr + out.stdout
@@ -105,7 +105,8 @@ def test_worker_redacts_the_redis_password_when_redis_is_unreachable(settings):
 def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, capsys):
     """S1: the token never appears on a command line (`ps` shows argv to every local
     account): JupyterLab gets it as `JUPYTER_TOKEN`; the printed link carries it."""
-    from teamdesk import cli, devservices
+    from devkit import cli, services
+    from devkit import lab as lab_command
 
     seen: dict = {}
 
@@ -118,8 +119,8 @@ def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, caps
 
     monkeypatch.setenv("DATABASE_URL", settings.database_url)
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
-    monkeypatch.setattr(cli.subprocess, "Popen", FakeJupyter)  # no real JupyterLab
-    held = devservices.registered_owner()
+    monkeypatch.setattr(lab_command.subprocess, "Popen", FakeJupyter)  # no real JupyterLab
+    held = services.registered_owner()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         assert cli.main(["lab", "--no-browser", "--port", "8899"]) == 0
@@ -131,7 +132,7 @@ def test_lab_passes_the_jupyter_token_by_environment(settings, monkeypatch, caps
     assert not any(token in arg for arg in seen["cmd"])
     assert f"token={token}" in capsys.readouterr().out
     # In-process, `lab` ends only a claim of its own: this pytest process keeps its own.
-    assert devservices.registered_owner() == held
+    assert services.registered_owner() == held
 
 
 def test_sigterm_while_the_worker_is_starting_exits_0(settings):
@@ -148,7 +149,7 @@ def test_sigterm_while_the_worker_is_starting_exits_0(settings):
     env.update(TEAMDESK_DATA_DIR=str(root), TEAMDESK_QUEUE_PREFIX=settings.queue_prefix)
     with open(root / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, "-m", "teamdesk.cli", "worker"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "devkit.cli", "worker"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             # Sync point: the worker blocks on our lock (a waiter in /proc/locks), i.e. it
@@ -161,7 +162,7 @@ def test_sigterm_while_the_worker_is_starting_exits_0(settings):
     try:
         _, err = proc.communicate(timeout=180)
     finally:
-        subprocess.run([sys.executable, "-m", "teamdesk.cli", "services", "down"], env=env,
+        subprocess.run([sys.executable, "-m", "devkit.cli", "services", "down"], env=env,
                        capture_output=True, timeout=120)
         shutil.rmtree(root.parent, ignore_errors=True)
     assert proc.returncode == 0, err
@@ -178,7 +179,7 @@ def test_clean_drain_with_urls_set_touches_no_data_folder(settings, tmp_path):
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "REDIS_URL": settings.redis_url, "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix,
            "TEAMDESK_DATA_DIR": str(blocker / ".teamdesk")}
-    proc = subprocess.Popen([sys.executable, "-m", "teamdesk.cli", "worker"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "devkit.cli", "worker"], env=env,
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 HOLDER = (
     "import sys, time\n"
-    "from teamdesk import devservices as d\n"
+    "from devkit import services as d\n"
     "u = d.ensure_services()\n"
     "print(u.database_url, u.redis_url, flush=True)\n"
     "time.sleep(600)\n"  # held until the test kills it
@@ -111,7 +111,7 @@ def test_sigkilled_owner_leaves_no_orphan_servers(svc_root):
 def test_services_up_pins_until_down(svc_root):
     """`teamdesk services up` keeps the servers after it exits; `down` stops them."""
     root = svc_root
-    teamdesk = [sys.executable, "-m", "teamdesk.cli"]
+    teamdesk = [sys.executable, "-m", "devkit.cli"]
     up = subprocess.run([*teamdesk, "services", "up"], env=_env(root), capture_output=True,
                         text=True, timeout=120)
     assert up.returncode == 0, up.stderr
@@ -150,7 +150,7 @@ def test_services_up_pins_until_down(svc_root):
 
 
 def _teamdesk(root: Path, *args: str, timeout: float = 120, **env: str):
-    return subprocess.run([sys.executable, "-m", "teamdesk.cli", *args],
+    return subprocess.run([sys.executable, "-m", "devkit.cli", *args],
                           env={**_env(root), **env}, capture_output=True, text=True,
                           timeout=timeout)
 

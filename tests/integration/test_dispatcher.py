@@ -28,7 +28,8 @@ from bullmq.custom_errors import UnrecoverableError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy import select, update
 
-from teamdesk import devservices, probes
+from devkit import services
+from teamdesk import probes
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket, TicketStatus
 from teamdesk.errors import ExportExpired
@@ -565,7 +566,7 @@ async def test_real_redis_outage_fails_fast_then_recovers_to_download(
     before = await _row(sessions, task.id)
     events = LoopEvents()
     loop = DispatchLoop(queue, settings, listener=events)
-    devservices.stop_redis()
+    services.stop_redis()
     try:
         loop.start()
         _, _, started = await events.until("first tick", lambda e, i: e == "tick.start")
@@ -578,7 +579,7 @@ async def test_real_redis_outage_fails_fast_then_recovers_to_download(
         assert faults and faults[0].levelno == logging.ERROR and faults[0].exc_info is None
         assert await _row(sessions, task.id) == before  # the ledger is unchanged
     finally:
-        devservices.start_redis()
+        services.start_redis()
 
     await events.until("a tick that enqueues after recovery",
                        lambda e, i: e == "tick.done" and i["report"].added == 1)

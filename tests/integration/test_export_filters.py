@@ -11,8 +11,8 @@ import io
 import pytest
 
 from teamdesk.db.models import Scope
+from teamdesk.export_filters import validate_filters
 from teamdesk.services import exports
-from teamdesk.services.export_filters import validate_filters
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.processor import process_task

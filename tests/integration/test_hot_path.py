@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text, update
 
-from teamdesk import devservices
+from devkit import services
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus, TaskType, Ticket
 from teamdesk.services import exports, tickets
 from teamdesk.services.tasks import retry_task
@@ -434,7 +434,7 @@ async def test_postgres_restart_mid_export_fails_into_retry_and_completes_whole(
     await start_worker("W")
     job = await enqueue(queue, first.id, backoff={"type": "fixed", "delay": 50})
     await gate.reached()
-    await asyncio.to_thread(devservices.restart_postgres)
+    await asyncio.to_thread(services.restart_postgres)
     gate.release()
 
     failed = await recorder.wait_for("failed", job_id=job.id)

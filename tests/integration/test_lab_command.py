@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from teamdesk.cli import LAB_HIDDEN_FILES, lab_hide_globs, use_lab_settings
+from devkit.lab import LAB_HIDDEN_FILES, lab_hide_globs, use_lab_settings
 
 START_TIMEOUT_S = 120  # migrate + seed + JupyterLab start, on a shared 2-core machine
 STOP_TIMEOUT_S = 30
@@ -81,7 +81,7 @@ def lab_server(settings, tmp_path):
     env.pop("DISPLAY", None)
     out = tmp_path / "lab.out"
     with out.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "teamdesk.cli", "lab", "--port",
+        proc = subprocess.Popen([sys.executable, "-m", "devkit.cli", "lab", "--port",
                                  str(port), "--no-browser"], env=env, stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

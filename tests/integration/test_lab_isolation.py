@@ -23,8 +23,8 @@ import psycopg
 import pytest
 import redis
 
+from devkit import services
 from labs import faults
-from teamdesk import devservices
 from teamdesk.config import Settings
 
 LAB_DATA_DIR = os.environ.get("TEAMDESK_LAB_DATA_DIR")
@@ -38,8 +38,8 @@ pytestmark = pytest.mark.skipif(
 #: services (as `teamdesk lab` does) until its stdin closes.
 _OPEN_LAB = """
 import json, sys
-from teamdesk import devservices
-urls = devservices.ensure_services()
+from devkit import services
+urls = services.ensure_services()
 print(json.dumps({"database_url": urls.database_url, "redis_url": urls.redis_url}), flush=True)
 sys.stdin.read()
 """
@@ -64,8 +64,8 @@ def open_lab() -> Iterator[dict[str, str]]:
 def test_the_suite_runs_on_servers_of_its_own(service_settings: Settings):
     """The run's data folder, ports and passwords are not the lab's."""
     lab = Path(str(LAB_DATA_DIR)).resolve()
-    assert devservices.data_dir() != lab
-    assert not devservices.data_dir().is_relative_to(lab)
+    assert services.data_dir() != lab
+    assert not services.data_dir().is_relative_to(lab)
     lab_state = lab / "services.json"
     if lab_state.exists():
         ports = json.loads(lab_state.read_text())
@@ -96,9 +96,9 @@ async def test_an_open_lab_keeps_its_servers_through_the_suites_faults(
         suite_redis = redis.Redis.from_url(service_settings.redis_url)
         suite_run_id = suite_redis.info("server")["run_id"]
 
-        await asyncio.to_thread(devservices.restart_postgres)
-        await asyncio.to_thread(devservices.stop_redis)
-        await asyncio.to_thread(devservices.start_redis)
+        await asyncio.to_thread(services.restart_postgres)
+        await asyncio.to_thread(services.stop_redis)
+        await asyncio.to_thread(services.start_redis)
         async with faults.redis_outage(service_settings):
             assert rd.get(key) == "still here"
 

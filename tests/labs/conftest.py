@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devkit import services
 from labs.lab import Lab
-from teamdesk import devservices
 from teamdesk.config import Settings
 
 
@@ -29,15 +29,15 @@ def _free_port() -> int:
 
 @pytest.fixture
 async def own_redis(tmp_path, service_settings: Settings) -> AsyncIterator[tuple]:
-    """(root, settings): a Redis server of our own, started by `devservices.start_redis`
+    """(root, settings): a Redis server of our own, started by `services.start_redis`
     under a temporary data folder, so stopping or flushing it cannot disturb anyone else
     using the project's shared embedded Redis (other test runs, notebooks). Always stopped
     at teardown."""
     root = tmp_path / "services"
     port = _free_port()
-    await asyncio.to_thread(devservices.start_redis, root, port)
+    await asyncio.to_thread(services.start_redis, root, port)
     try:
         # It asks for a password like every embedded Redis (S1).
-        yield root, service_settings.replace(redis_url=devservices.redis_url_for(root, port))
+        yield root, service_settings.replace(redis_url=services.redis_url_for(root, port))
     finally:
-        await asyncio.to_thread(devservices.stop_redis, root)
+        await asyncio.to_thread(services.stop_redis, root)

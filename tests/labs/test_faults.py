@@ -3,7 +3,7 @@ accepts them again after a start; a proxy cuts one client while a direct client 
 working; flushing loses the keys; an injected ledger write failure strikes once.
 
 Stopping and FLUSHALL run against a Redis server of the test's own (`own_redis`), started
-by the same `devservices.start_redis`, so they cannot disturb anyone else using the
+by the same `services.start_redis`, so they cannot disturb anyone else using the
 project's shared embedded Redis (a concurrent test run, an open notebook)."""
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import text
 
+from devkit import services
 from labs import leftovers, locks, private_redis, stage, tables
 from labs.gates import GateTimeout
 from labs.lab import STUCK, Lab
-from teamdesk import devservices
 from teamdesk.db.locks import lock_team
 from teamdesk.db.templates import clone_database
 from teamdesk.services import tickets as ticket_services
@@ -181,11 +181,31 @@ async def test_an_open_labs_record_is_readable_by_its_owner_alone(service_settin
         assert len(records) == 1
         assert stat.S_IMODE(records[0].stat().st_mode) == 0o600
         assert stat.S_IMODE(leftovers._dir().stat().st_mode) == 0o700
-        root_mode = stat.S_IMODE(devservices.data_dir().stat().st_mode)
+        root_mode = stat.S_IMODE(services.data_dir().stat().st_mode)
         assert root_mode == (0o711 if os.geteuid() == 0 else 0o700), oct(root_mode)
 
 
 # ---------------------------------------------------------------- a Redis of its own
+
+
+def test_a_leftover_private_redis_is_stopped_only_when_it_is_that_server(tmp_path):
+    """S3: the clean-up of a killed kernel's private Redis signals the recorded pid only
+    when it is still a Redis server of the recorded folder, started at the recorded time
+    (`devkit.services.is_server`, the dev environment's one check)."""
+    import psutil
+
+    server = private_redis.PrivateRedis().start()
+    try:
+        created = psutil.Process(server.pid).create_time()
+        private_redis.kill_leftover(server.pid, created, None)  # an older record: no folder
+        private_redis.kill_leftover(server.pid, created, tmp_path)  # another folder's
+        private_redis.kill_leftover(server.pid, created + 5, server.dir)  # a reused pid
+        assert server.running
+        private_redis.kill_leftover(server.pid, created, server.dir)
+        server.proc.wait(10)
+        assert not server.running
+    finally:
+        server.remove()
 
 
 async def test_private_redis_outage_hurts_nobody_else(service_settings):

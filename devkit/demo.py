@@ -29,7 +29,7 @@ from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.seed import seed_demo
 from teamdesk.services import exports
 from teamdesk.tasks.dispatcher import dispatch_tasks
-from teamdesk.tasks.queue import create_task_queue, task_job_id
+from teamdesk.tasks.queue import create_task_queue, delete_prefix, job_states, task_job_id
 from teamdesk.tasks.worker import create_task_worker
 
 STEP_TIMEOUT_S = 15.0
@@ -71,8 +71,10 @@ class _LeaseLostLog(logging.Handler):
 async def _table(sessions: Any, queue: Any, task_id: str) -> str:
     async with sessions() as s:
         t = await s.scalar(select(BackgroundTask).where(BackgroundTask.id == task_id))
-    job = await queue.getJob(task_job_id(t.id, t.run))
-    state = await job.getState() if job else "-"
+    job_id = task_job_id(t.id, t.run)
+    (state,) = await job_states(queue, [job_id])  # one round trip, as the dispatcher reads
+    job = await queue.getJob(job_id) if state is not None else None  # for its progress
+    state = state or "-"
     rows = [("task", "run", "status", "progress", "execution", "job", "queue", "q.progress"),
             (t.id, str(t.run), t.status.value, str(t.progress), (t.execution_id or "-")[:8],
              task_job_id(t.id, t.run), state, str(job.progress if job else "-"))]
@@ -161,9 +163,7 @@ async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
         release_b.set()
         for w in workers:
             await w.close(timeout=3)
-        keys = [k async for k in queue.client.scan_iter(match=f"{world.queue_prefix}:*")]
-        if keys:
-            await queue.client.delete(*keys)
+        await delete_prefix(queue.client, world.queue_prefix)
         await queue.close()
         await engine.dispose()
         drop_database(world_url)

@@ -3,8 +3,9 @@
 `RULES.md` at the project root is the one source of the rule texts (id, title, statement,
 why it matters). Everything else here is *computed* from the sources, never hand-kept:
 
-- code places — functions/classes in `teamdesk/**/*.py` whose docstring or comments cite
-  the id, as `module:function` (`module:<module>` for a module docstring or a comment
+- code places — functions/classes in `teamdesk/**/*.py` (the product) and `devkit/**/*.py`
+  (the dev environment: S1–S3 live there) whose docstring or comments cite the id, as
+  `module:function` (`module:<module>` for a module docstring or a comment
   outside any function);
 - test places — test functions in `tests/**/*.py` whose name, docstring or comments cite
   the id, as `path::test_name` (`path::<module>` when a test module's docstring cites it
@@ -16,7 +17,7 @@ why it matters). Everything else here is *computed* from the sources, never hand
 A citation is a whole word: `P1` does not match `P12` or `P1x`. A range such as `D1–D4`
 (en dash or hyphen) cites every id in it, as the product's module docstrings use them.
 
-    from teamdesk import rules
+    from devkit import rules
     rules.explain("P3")          # in a notebook it renders as markdown
 """
 
@@ -31,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: The checkout this package belongs to (the package sits at `<root>/teamdesk/`), so the
+#: The checkout this module belongs to (it sits at `<root>/devkit/rules.py`), so the
 #: command works from any working directory of the checkout.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = "RULES.md"
@@ -219,12 +220,17 @@ def _scan_python(path: Path, known: set[str]) -> tuple[ast.Module | None, list[_
     return tree, defs, cites
 
 
+#: The packages whose code cites rules: the product, and the dev environment.
+CODE_PACKAGES = ("teamdesk", "devkit")
+
+
 def scan_code(root: Path, known: Iterable[str]) -> dict[str, list[str]]:
-    """id -> `module:function` places under `<root>/teamdesk/`."""
+    """id -> `module:function` places under `<root>/teamdesk/` and `<root>/devkit/`."""
     known = set(known)
     places: dict[str, list[str]] = {i: [] for i in known}
-    for path in sorted((root / "teamdesk").rglob("*.py")):
-        if path.relative_to(root).as_posix() == "teamdesk/rules.py":
+    paths = [p for package in CODE_PACKAGES for p in sorted((root / package).rglob("*.py"))]
+    for path in paths:
+        if path.relative_to(root).as_posix() == "devkit/rules.py":
             continue  # this module's examples are not a rule's home
         rel = path.relative_to(root).with_suffix("")
         module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)

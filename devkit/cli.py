@@ -1,0 +1,176 @@
+"""The `teamdesk` command.
+
+    teamdesk services up|down|status   the embedded PostgreSQL + Redis
+    teamdesk db upgrade                 migrate the database to the latest schema
+    teamdesk seed                       demo team, members, tickets (deterministic)
+    teamdesk lab                        services + schema + demo data, then JupyterLab
+    teamdesk tasks                      the task ledger as a table
+    teamdesk worker                     the worker process: task worker + dispatch tick
+    teamdesk demo race                  the takeover race, narrated in the terminal
+    teamdesk rules [ID ...]             the contract's rules: code, tests, notebooks
+
+The product's own commands (`db`, `seed`, `tasks`, `worker`) are `teamdesk.cli`'s; this
+module adds the dev environment's (`services`, `lab`, `demo`, `rules`) and gives every
+command the embedded default: with `DATABASE_URL`/`REDIS_URL` unset, the servers are
+started (or reused) and kept alive while the command runs.
+
+Errors a user can act on are printed as one line and exit 2; no stack traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from devkit import services
+from devkit.lab import add_lab
+from teamdesk import cli as product
+from teamdesk.config import Settings
+from teamdesk.redaction import redact, redact_text
+
+if TYPE_CHECKING:
+    from teamdesk.tasks.runner import WorkerHook
+
+
+def embedded_settings() -> Settings:
+    """Resolved settings; with the embedded default this process becomes an owner."""
+    return services.resolve_settings(owner_pid=os.getpid())
+
+
+# ---------------------------------------------------------------- services
+
+def cmd_services(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk services up|down|status`: exit 1 from `status` when they are not running."""
+    if args.action == "up":
+        env = Settings.from_env()
+        if env.database_url and env.redis_url:
+            print("DATABASE_URL and REDIS_URL are set: using those servers, starting nothing.")
+            return 0
+        urls = services.ensure_services(keep=True)
+        root = services.data_dir()
+        # S2: never print a password; it is in the data folder, readable by you alone (S1).
+        print(f"PostgreSQL  {redact(urls.database_url)}")
+        print(f"Redis       {redact(urls.redis_url)}")
+        print(f"data folder {root}  (passwords: pg_password, redis_password)")
+        print("They keep running until `teamdesk services down`.")
+        return 0
+    if args.action == "down":
+        was = services.stop_services()
+        print("stopped PostgreSQL and Redis" if was else "nothing was running")
+        return 0
+    info = services.status()  # URLs come back redacted (S2)
+    running = info["postgres_pid"] and info["redis_pid"]
+    print(f"data folder  {info['data_dir']}")
+    print(f"PostgreSQL   {info['postgres_version']}  "
+          f"{'pid ' + str(info['postgres_pid']) if info['postgres_pid'] else 'stopped'}")
+    print(f"Redis        {info['redis_version']}  "
+          f"{'pid ' + str(info['redis_pid']) if info['redis_pid'] else 'stopped'}")
+    if info.get("database_url"):
+        print(f"DATABASE_URL {info['database_url']}")
+        print(f"REDIS_URL    {info['redis_url']}")
+    print(f"kept by      {'`services up`' if info['pinned'] else ''} "
+          f"{'owners ' + ','.join(map(str, info['owners'])) if info['owners'] else ''}".rstrip())
+    env = Settings.from_env()
+    if env.database_url or env.redis_url:
+        print("note: DATABASE_URL/REDIS_URL are set; the product uses those, not these.")
+    return 0 if running else 1
+
+
+def add_services(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("services", help="embedded PostgreSQL + Redis")
+    s.add_argument("action", choices=["up", "down", "status"])
+    s.set_defaults(func=cmd_services)
+
+
+# ---------------------------------------------------------------- demo
+
+def cmd_demo(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk demo race`: the takeover race narrated in the terminal (`devkit.demo`)."""
+    from devkit.demo import run_race_demo
+
+    product.configure_logging("warning")
+    return asyncio.run(run_race_demo(resolve(), pause=args.pause))
+
+
+def _pause_needs_a_terminal(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.pause and not sys.stdin.isatty():
+        # It waits for Enter between steps: without a terminal that is an EOFError later.
+        parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
+
+
+def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dm = sub.add_parser("demo", help="live demos for a class")
+    dm.add_argument("which", choices=["race"])
+    dm.add_argument("--pause", action="store_true",
+                    help="wait for Enter between steps (for narrating live)")
+    dm.set_defaults(func=cmd_demo, check=_pause_needs_a_terminal)
+
+
+# ---------------------------------------------------------------- rules
+
+def cmd_rules(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """The rules of RULES.md with their places, computed from the sources (no services
+    needed). Exit 1 names the rules no test cites: a rule nobody proves is a gap."""
+    from devkit import rules
+
+    root = Path(args.root).resolve() if args.root else rules.PROJECT_ROOT
+    reports = rules.index(root)
+    chosen = rules.select(args.ids, reports) if args.ids else list(reports.values())
+    if args.ids:
+        print("\n\n".join(r.text() for r in chosen))
+    else:
+        product.print_table(rules.table(chosen))
+    missing = rules.untested({r.rule.id: r for r in chosen})
+    if missing:
+        print(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}")
+        return 1
+    if not args.ids:
+        print(f"\nevery one of the {len(chosen)} rules is cited by at least one test")
+    return 0
+
+
+def add_rules(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser("rules", help="the contract's rules: where each lives, proven, shown")
+    r.add_argument("ids", nargs="*", metavar="ID", help="rule ids (default: a table of all)")
+    r.add_argument("--root", help="project checkout to scan (default: this package's)")
+    r.set_defaults(func=cmd_rules)
+
+
+# ---------------------------------------------------------------- main
+
+#: Every command, in the order `--help` lists them (the product's among the dev
+#: environment's, as the command always showed them).
+COMMANDS: tuple[product.AddCommand, ...] = (
+    add_services, product.add_db, product.add_seed, add_lab, product.add_worker, add_demo,
+    product.add_tasks, add_rules)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `teamdesk` parser."""
+    return product.build_parser(COMMANDS, description=__doc__.split("\n\n")[0])
+
+
+def main(argv: Sequence[str] | None = None, *, on_worker: WorkerHook | None = None) -> int:
+    """The `teamdesk` command (the console script). `on_worker` applies to `worker` only
+    (see `teamdesk.cli.main`). A command ends the owner claim it made on the embedded
+    services — not one this process held before it ran (a program that calls `main`
+    in-process keeps its own)."""
+    held = services.registered_owner()
+    try:
+        return product.main(argv, commands=COMMANDS, description=__doc__.split("\n\n")[0],
+                            resolve_settings=embedded_settings, on_worker=on_worker)
+    except services.ServiceError as err:
+        print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
+        return 2
+    finally:
+        if not held:
+            services.release_owner()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

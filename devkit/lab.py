@@ -1,0 +1,121 @@
+"""`teamdesk lab`: the embedded services, the schema and the demo data, then JupyterLab.
+
+JupyterLab's root is the checkout, so every file a notebook cites is one click away; it
+opens on `notebooks/00-start-here.ipynb`, without Jupyter's news prompt (our settings
+overrides in `devkit/jupyter/labconfig/`), with the nbval harness files hidden. The token
+goes through the environment, never argv (S1). Ctrl-C stops JupyterLab, and the command's
+claim on the services ends with it (`devkit.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+
+from teamdesk.cli import PORT, SettingsResolver, seed_team
+
+
+def project_dir() -> Path:
+    """The lab's root: the checkout, so every file a notebook cites (`RULES.md`,
+    `teamdesk/tasks/queries.sql`, `labs/scenes/…`) is one click away in the file browser."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "notebooks").is_dir() else Path.cwd()
+
+
+#: The notebook a learner's browser opens on, relative to the lab's root.
+START_NOTEBOOK = "notebooks/00-start-here.ipynb"
+
+
+#: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
+#: off the "Would you like to receive official Jupyter news?" prompt and the update check
+#: (jupyterlab_server layers such files from every Jupyter config dir over the defaults).
+LAB_CONFIG_DIR = Path(__file__).resolve().parent / "jupyter"
+
+#: Files of the nbval harness that live in `notebooks/` but are not for learners, and build
+#: output. Dot-folders (`.venv`, `.teamdesk`, caches) are hidden by Jupyter already.
+LAB_HIDDEN_FILES: tuple[str, ...] = ("conftest.py", "sanitize.cfg", "*.egg-info", "build")
+
+
+def lab_hide_globs() -> list[str]:
+    """Jupyter's own hidden-file globs (`__pycache__`, `*.pyc`, …) plus the harness files.
+    Extended, not replaced: setting the trait drops its defaults."""
+    from jupyter_server.services.contents.manager import ContentsManager
+
+    defaults = list(ContentsManager.class_traits()["hide_globs"].default())
+    return [*defaults, *(g for g in LAB_HIDDEN_FILES if g not in defaults)]
+
+
+def lab_ui_args() -> list[str]:
+    """What a learner first sees: 00-start-here open, the harness files not listed."""
+    return [f"--LabApp.default_url=/lab/tree/{START_NOTEBOOK}",
+            *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
+
+
+def use_lab_settings(environ: MutableMapping[str, str]) -> None:
+    """Put `LAB_CONFIG_DIR` first on `JUPYTER_CONFIG_PATH`, so JupyterLab (our child)
+    applies our settings overrides, and no news prompt appears. A path the user already
+    set is kept after ours; nothing is written outside the project."""
+    paths = [str(LAB_CONFIG_DIR), *filter(None, environ.get(
+        "JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
+    """`teamdesk lab`: services + schema + demo data, then JupyterLab until Ctrl-C."""
+    from teamdesk.db.migrate import upgrade
+
+    print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
+    settings = resolve()
+    upgrade(settings.database_url)
+    print(asyncio.run(seed_team(settings, "acme", 300, 23)))
+    root = project_dir()
+    port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
+    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
+    cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args()]
+    use_lab_settings(os.environ)
+    if args.no_browser or not os.environ.get("DISPLAY"):
+        cmd.append("--no-browser")
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
+    # shows to every local account.
+    token = secrets.token_hex(16)
+    print(f"lab root {root} (the chapters are in notebooks/)")
+    print(f"open http://127.0.0.1:{port}/lab/tree/{START_NOTEBOOK}?token={token}")
+    print("Ctrl-C stops JupyterLab and releases the services")
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGINT even if our parent started us with it ignored; SIGTERM from a supervisor.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    # Own session: Ctrl-C reaches only us, and we stop Jupyter without its y/n prompt.
+    proc = subprocess.Popen(cmd, start_new_session=True,
+                            env={**os.environ, "JUPYTER_TOKEN": token})
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("\nstopping JupyterLab…")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0
+
+
+def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
+    lab.add_argument("--port", type=PORT, help="default $TEAMDESK_LAB_PORT or 8888")
+    lab.add_argument("--no-browser", action="store_true")
+    lab.set_defaults(func=cmd_lab)
