@@ -169,6 +169,12 @@ class Lab(ProductCalls):
         return self.routes.logs
 
     @property
+    def gates(self) -> list[Gate | Fault]:
+        """The gates and faults of this lab not closed yet (a copy): `labs.locks` names
+        the executor a gate holds inside the team lock."""
+        return list(self.crew.gates)
+
+    @property
     def _fences(self) -> counterexamples.LabFences:
         """The lab's counterexample switches (`counterexample`); tests inspect them."""
         return self.crew.fences
