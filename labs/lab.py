@@ -43,6 +43,12 @@ The lab holds no product logic: it calls `teamdesk` services, the queue, the dis
 and the worker factory exactly as the product does, and observes through probes. What it
 varies goes through the factory's seams, never a patch: each worker gets the lab's fence
 (`fence=`, the counterexamples' switches, P3) and its run hook (`on_run_error=`).
+
+`Lab` is a facade: the world itself (database + prefix + their clean-up) is a
+`devkit.world.World`; the error book is `labs.errors`; the workers, gates, faults and
+fences are `labs.workers.Crew`; probe, log and loop-exception routing, and the one
+registry of open labs, are `labs.routing`; the thin calls into the product are
+`labs.calls`. Notebooks, scenes and tests only ever need `Lab` and its attributes.
 """
 
 from __future__ import annotations
@@ -50,34 +56,29 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import contextvars
 import inspect
 import time
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from sqlalchemy import select
-
 from devkit import services
-from labs import _scope, counterexamples, leftovers
+from devkit.world import World
+from labs import counterexamples, leftovers
 from labs import stage as _stage
+from labs.calls import ProductCalls
+from labs.errors import ErrorBook, LabError, LabErrors
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
 from labs.private_redis import PrivateRedis
 from labs.recorder import Recorder
+from labs.routing import REGISTRY, Routes
+from labs.workers import Crew
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
-from teamdesk.db.models import BackgroundTask, Priority, Scope, Ticket
-from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.seed import DEMO_TEAM, SeedSummary, seed_demo
-from teamdesk.services import exports as export_services
-from teamdesk.services import tasks as task_services
-from teamdesk.services import tickets as ticket_services
-from teamdesk.tasks.queue import JOB_NAME, create_task_queue, redis_client, task_job_id
-from teamdesk.tasks.worker import TaskWorker, create_task_worker
+from teamdesk.tasks.queue import create_task_queue, redis_client
+from teamdesk.tasks.worker import TaskWorker
+
+__all__ = ["STUCK", "WATCHFUL", "Lab", "LabError", "LabErrors"]
 
 #: Worker options of the takeover race: the stuck executor A — lock renewal off, a 1 s
 #: lock, and no stall check of its own (ch. 26 §7): its check runs once an hour, so a
@@ -87,95 +88,6 @@ STUCK: dict[str, Any] = {"renew_lock": False, "lock_duration_ms": 1000,
                          "stalled_interval_ms": 3_600_000}
 #: The watchful executor B: checks for stalled jobs every 100 ms.
 WATCHFUL: dict[str, Any] = {"stalled_interval_ms": 100}
-
-#: How many product log lines a lab keeps (`lab.logs`), newest last.
-_MAX_LOG_LINES = 5000
-
-#: Settings a worker may not override: they are what isolates the lab.
-_FIXED = frozenset({"database_url", "redis_url", "queue_prefix", "queue_name"})
-
-
-@dataclass
-class LabError:
-    """One background failure: a worker `failed`/`error` event, a loop exception, or a
-    clean-up step of `close()` that did not work."""
-
-    #: Seconds since the lab opened.
-    time: float
-    #: "worker failed", "worker error", "worker run", "loop" or "close".
-    source: str
-    actor: str | None
-    job_id: str | None
-    message: str
-    #: Acknowledged errors are expected ones: `close()` does not raise for them.
-    acknowledged: bool = False
-
-    def __str__(self) -> str:
-        who = f" {self.actor}" if self.actor else ""
-        job = f" job {self.job_id}" if self.job_id else ""
-        ack = " (acknowledged)" if self.acknowledged else ""
-        return f"[{self.time:7.3f}s] {self.source}{who}{job}: {self.message}{ack}"
-
-
-def _error_matches(e: LabError, source: str | None = None, actor: str | None = None,
-                   job_id: str | None = None, contains: str | None = None) -> bool:
-    return ((source is None or e.source == source) and (actor is None or e.actor == actor)
-            and (job_id is None or e.job_id == job_id)
-            and (contains is None or contains in e.message))
-
-
-class LabErrors(AssertionError):
-    """Raised by `Lab.close()` / `Lab.check()`: background errors nobody acknowledged."""
-
-    def __init__(self, name: str, errors: list[LabError]) -> None:
-        self.errors = errors
-        lines = "\n".join(f"  {e}" for e in errors)
-        super().__init__(
-            f"lab {name!r} saw {len(errors)} unacknowledged background error(s):\n{lines}\n"
-            "If they were expected, call lab.acknowledge(...) before closing.")
-
-
-# ---------------------------------------------------------------- loop exception handler
-
-_LOOP_LABS: dict[asyncio.AbstractEventLoop, list[Lab]] = {}
-#: Open labs of this process by name: opening a lab closes an earlier one of the same
-#: name (a notebook's first cell, run again, starts from a clean world).
-_OPEN_BY_NAME: dict[str, Lab] = {}
-_LOOP_PREVIOUS: dict[asyncio.AbstractEventLoop, Any] = {}
-
-
-def _loop_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    for lab in tuple(_LOOP_LABS.get(loop, ())):
-        lab._on_loop_exception(context)
-    previous = _LOOP_PREVIOUS.get(loop)
-    if previous is not None:
-        previous(loop, context)
-    else:
-        loop.default_exception_handler(context)
-
-
-def _watch_loop(loop: asyncio.AbstractEventLoop, lab: Lab) -> None:
-    if loop not in _LOOP_LABS:
-        _LOOP_PREVIOUS[loop] = loop.get_exception_handler()
-        loop.set_exception_handler(_loop_handler)
-        _LOOP_LABS[loop] = []
-    _LOOP_LABS[loop].append(lab)
-
-
-def _unwatch_loop(loop: asyncio.AbstractEventLoop, lab: Lab) -> None:
-    labs = _LOOP_LABS.get(loop)
-    if labs is None or lab not in labs:
-        return
-    labs.remove(lab)
-    if labs:
-        return
-    del _LOOP_LABS[loop]
-    previous = _LOOP_PREVIOUS.pop(loop, None)
-    if loop.get_exception_handler() is _loop_handler:  # never clobber someone else's
-        loop.set_exception_handler(previous)
-
-
-# ---------------------------------------------------------------- opening
 
 
 class _Opening:
@@ -201,7 +113,7 @@ class _Opening:
             await self._lab.__aexit__(*exc)
 
 
-class Lab:
+class Lab(ProductCalls):
     """One isolated world: its own database, BullMQ prefix, workers, errors and history.
 
     Create it with `Lab.open(...)` (see there), never directly. Attributes a cell can use:
@@ -213,32 +125,30 @@ class Lab:
     - `team` — the seeded demo team id (`"acme"`: ada admin, ben/cai agents,
       dan/eve/fay customers); `seeded` — what was seeded;
     - `workers` — name → running `TaskWorker`;
-    - `recorder`, `history`, `errors` — see the module docstring.
+    - `recorder`, `history`, `errors`, `logs` — see the module docstring.
     """
 
-    def __init__(self, name: str, settings: Settings, close_timeout: float) -> None:
+    def __init__(self, name: str, world: World, close_timeout: float) -> None:
         self.name = name
-        self.settings = settings
+        self.world = world
+        self.settings = world.settings
+        self.sessions: Any = world.sessions
         self.close_timeout = close_timeout
         self.team = DEMO_TEAM
         self.seeded: SeedSummary | None = None
         self.started = time.monotonic()
         self.recorder = Recorder()
         self.history = History(start=self.started)
-        self.workers: dict[str, TaskWorker] = {}
-        self._errors: list[LabError] = []
-        #: The product's log lines (INFO and up) from this lab's workers and scans.
-        self.logs: collections.deque[str] = collections.deque(maxlen=_MAX_LOG_LINES)
+        self.routes = Routes(self.history, self.started)
+        self.book = ErrorBook(name, self.started, self.history, lambda: self._closing)
+        self.crew = Crew(self.settings, recorder=self.recorder, history=self.history,
+                         book=self.book, routes=self.routes, close_timeout=close_timeout)
+        #: name → running `TaskWorker` (the crew's own dict).
+        self.workers: dict[str, TaskWorker] = self.crew.workers
         self._cleanups: list[Callable[[], Any]] = []
-        self._gates: list[Gate | Fault] = []
-        #: The lab's counterexample switches; each worker's fence reads them (per write).
-        self._fences = counterexamples.LabFences()
         self._closing = False
         self._closed = False
         self._teardown_task: asyncio.Future[None] | None = None
-        self._stopping: set[str] = set()
-        self._engine: Any = None
-        self.sessions: Any = None
         self.queue: Any = None
         self.redis: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -252,7 +162,22 @@ class Lab:
         self.stage = _stage.Stage(self)
         self._open_args: dict[str, Any] = {}
         self._record: Any = None
-        self._expecting: list[dict[str, Any]] = []
+
+    @property
+    def logs(self) -> collections.deque[str]:
+        """The product's log lines (INFO and up) from this lab's workers and scans."""
+        return self.routes.logs
+
+    @property
+    def gates(self) -> list[Gate | Fault]:
+        """The gates and faults of this lab not closed yet (a copy): `labs.locks` names
+        the executor a gate holds inside the team lock."""
+        return list(self.crew.gates)
+
+    @property
+    def _fences(self) -> counterexamples.LabFences:
+        """The lab's counterexample switches (`counterexample`); tests inspect them."""
+        return self.crew.fences
 
     # ------------------------------------------------------------ life cycle
 
@@ -285,36 +210,20 @@ class Lab:
         bad = set(timings) & {"database_url", "queue_prefix"}
         if bad:
             raise ValueError(f"a lab chooses its own {', '.join(sorted(bad))}")
-
         if replace is None:
             replace = _stage.in_kernel()
+        open_args = dict(settings=settings, seed=seed, tickets=tickets,
+                         close_timeout=close_timeout, private_redis=private_redis,
+                         replace=replace, **timings)
 
         async def create() -> Lab:
-            earlier = _OPEN_BY_NAME.pop(name, None) if replace else None
+            earlier = REGISTRY.take(name) if replace else None
             if earlier is not None and not earlier.closed:
                 await earlier.close(check=False)
-            base = await asyncio.to_thread(services.resolve_settings, settings)
-            await asyncio.to_thread(leftovers.clean, base.database_url, base.redis_url)
-            if timings:
-                base = base.replace(**timings)
-            server = None
-            if private_redis:
-                server = await asyncio.to_thread(PrivateRedis().start)
-                base = base.replace(redis_url=server.url)
-            try:
-                url = await asyncio.to_thread(clone_database, base.database_url,
-                                              "teamdesk_lab")
-            except BaseException:
-                if server is not None:  # never leave a private server behind
-                    await asyncio.to_thread(server.remove)
-                raise
-            lab = cls(name, base.replace(database_url=url,
-                                         queue_prefix=f"lab{uuid.uuid4().hex[:10]}"),
-                      close_timeout)
+            world, server = await cls._new_world(settings, private_redis, timings)
+            lab = cls(name, world, close_timeout)
             lab.private_redis = server
-            lab._open_args = dict(settings=settings, seed=seed, tickets=tickets,
-                                  close_timeout=close_timeout, private_redis=private_redis,
-                                  replace=replace, **timings)
+            lab._open_args = open_args
             try:
                 lab._record = await asyncio.to_thread(leftovers.record, lab)
                 await lab._start(seed=seed, tickets=tickets)
@@ -322,22 +231,40 @@ class Lab:
                 await lab.close(check=False)
                 raise
             if replace:
-                _OPEN_BY_NAME[name] = lab
+                REGISTRY.name(name, lab)
             lab.stage = _stage.attach(lab)
             return lab
 
         return _Opening(create)
 
+    @staticmethod
+    async def _new_world(settings: Settings | None, private_redis: bool,
+                         timings: dict[str, Any]) -> tuple[World, PrivateRedis | None]:
+        """Resolve the servers, clean killed kernels' leftovers, start a private Redis if
+        asked, and open the lab's world (`devkit.world.World`, label "lab")."""
+        base = await asyncio.to_thread(services.resolve_settings, settings)
+        await leftovers.clean(base.database_url, base.redis_url)
+        if timings:
+            base = base.replace(**timings)
+        server = None
+        if private_redis:
+            server = await asyncio.to_thread(PrivateRedis().start)
+            base = base.replace(redis_url=server.url)
+        try:
+            return await World.open_async(base, "lab"), server
+        except BaseException:
+            if server is not None:  # never leave a private server behind
+                await asyncio.to_thread(server.remove)
+            raise
+
     async def _start(self, *, seed: bool, tickets: int) -> None:
-        self._engine = create_engine(self.settings.database_url)
-        self.sessions = session_factory(self._engine)
         self.queue = create_task_queue(self.settings)
         self.redis = redis_client(self.settings)
-        self._unsubscribe = self.recorder.subscribe(self._on_worker_event)
-        _scope.ROUTER.acquire()
+        self._unsubscribe = self.recorder.subscribe(self.crew.on_worker_event)
+        REGISTRY.acquire()
         self._routed = True
         self._loop = asyncio.get_running_loop()
-        _watch_loop(self._loop, self)
+        REGISTRY.watch_loop(self._loop, self.book)
         if seed:
             async with self.sessions() as session:
                 self.seeded = await seed_demo(session, tickets=tickets)
@@ -389,69 +316,52 @@ class Lab:
 
     async def _teardown(self) -> None:
         try:
-            await self._release_everything()
+            await self.crew.close()
+            await self._run_cleanups()
+            await self._close_clients()
+            await self.world.close(on_problem=self.book.close_problem,
+                                   timeout=max(self.settings.redis_timeout_s, 1.0) * 6)
+            self._leave()
+            if self.private_redis is not None:
+                await asyncio.to_thread(self.private_redis.remove)
         finally:
             self._closed = True
 
-    async def _release_everything(self) -> None:
-        for g in self._gates:
-            g.close()
-        self._gates.clear()
-        for switch in list(self._fences.switches):
-            switch.off()
-        workers = list(self.workers.items())
-        self.workers.clear()
-        if workers:
-            results = await asyncio.gather(
-                *(w.close(timeout=self.close_timeout) for _, w in workers),
-                return_exceptions=True)
-            for (name, _), result in zip(workers, results, strict=True):
-                if isinstance(result, BaseException):
-                    self._close_problem(f"closing worker {name}", result)
+    async def _run_cleanups(self) -> None:
         for cleanup in reversed(self._cleanups):
             try:
                 result = cleanup()
                 if inspect.isawaitable(result):
                     await asyncio.wait_for(result, self.close_timeout)
             except Exception as err:
-                self._close_problem(f"cleanup {getattr(cleanup, '__qualname__', cleanup)}",
-                                    err)
+                self.book.close_problem(
+                    f"cleanup {getattr(cleanup, '__qualname__', cleanup)}", err)
         self._cleanups.clear()
-        timeout = max(self.settings.redis_timeout_s, 1.0) * 2
+
+    async def _close_clients(self) -> None:
         if self.queue is not None:
             try:
-                await asyncio.wait_for(self.queue.close(), timeout)
+                await asyncio.wait_for(self.queue.close(),
+                                       max(self.settings.redis_timeout_s, 1.0) * 2)
             except Exception as err:
-                self._close_problem("closing the queue", err)
+                self.book.close_problem("closing the queue", err)
         if self.redis is not None:
-            try:
-                await asyncio.wait_for(self._delete_keys(), timeout * 3)
-            except Exception as err:
-                self._close_problem(
-                    f"deleting the Redis keys under prefix {self.settings.queue_prefix!r} "
-                    "(is Redis running?)", err)
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
-        if self._engine is not None:
-            with contextlib.suppress(Exception):
-                await self._engine.dispose()
-        try:
-            await asyncio.to_thread(drop_database, self.settings.database_url)
-        except Exception as err:
-            self._close_problem("dropping the lab database", err)
+
+    def _leave(self) -> None:
+        """Leave the registry (routing, the loop's handler, the name), the leftovers
+        record and the stage."""
         if self._unsubscribe is not None:
             self._unsubscribe()
         if self._routed:
-            _scope.ROUTER.release()
+            REGISTRY.release()
             self._routed = False
         if self._loop is not None:
-            _unwatch_loop(self._loop, self)
-        if self.private_redis is not None:
-            await asyncio.to_thread(self.private_redis.remove)
+            REGISTRY.unwatch_loop(self._loop, self.book)
         leftovers.forget(self._record)
         _stage.detach(self.stage)
-        if _OPEN_BY_NAME.get(self.name) is self:
-            del _OPEN_BY_NAME[self.name]
+        REGISTRY.unname(self.name, self)
 
     def add_cleanup(self, cleanup: Callable[[], Any]) -> None:
         """Have `close()` call `cleanup()` (sync or async, bounded by `close_timeout`)
@@ -459,81 +369,9 @@ class Lab:
         last added runs first. `labs.faults.RedisProxy.start(lab)` uses it."""
         self._cleanups.append(cleanup)
 
-    async def _delete_keys(self) -> int:
-        keys = [k async for k in self.redis.scan_iter(match=f"{self.settings.queue_prefix}:*",
-                                                      count=500)]
-        for i in range(0, len(keys), 500):
-            await self.redis.delete(*keys[i:i + 500])
-        return len(keys)
-
-    def _close_problem(self, what: str, err: BaseException) -> None:
-        self._errors.append(LabError(self._now(), "close", None, None,
-                                     f"{what} failed: {type(err).__name__}: {err}"))
-
     def _require_open(self) -> None:
         if self._closed or self._closing:
             raise RuntimeError(f"lab {self.name!r} is closed; open a new one with Lab.open()")
-
-    # ------------------------------------------------------------ errors
-
-    def _now(self) -> float:
-        return round(time.monotonic() - self.started, 3)
-
-    @property
-    def errors(self) -> list[LabError]:
-        """Every background error seen so far (acknowledged ones included), in order."""
-        return list(self._errors)
-
-    @property
-    def unacknowledged(self) -> list[LabError]:
-        """The errors `close()` and `check()` would raise for."""
-        return [e for e in self._errors if not e.acknowledged]
-
-    def acknowledge(self, *, source: str | None = None, actor: str | None = None,
-                    job_id: str | None = None, contains: str | None = None) -> int:
-        """Mark matching errors as expected; returns how many were newly acknowledged.
-
-        All filters given must match: `source` ("worker failed", "worker error",
-        "worker run", "loop", "close"), `actor` (worker name), `job_id`, `contains` (a
-        substring of the message). With no filter at all, every current error is acknowledged."""
-        n = 0
-        for e in self._errors:
-            if e.acknowledged:
-                continue
-            if _error_matches(e, source, actor, job_id, contains):
-                e.acknowledged = True
-                n += 1
-        return n
-
-    def errors_of(self, *, source: str | None = None, actor: str | None = None,
-                  job_id: str | None = None, contains: str | None = None) -> list[LabError]:
-        """The errors matching every filter given (acknowledged or not): what a check cell
-        asserts on — it does not change when the cell runs again."""
-        return [e for e in self._errors if _error_matches(e, source, actor, job_id, contains)]
-
-    @contextlib.contextmanager
-    def expect_errors(self, *, source: str | None = None, actor: str | None = None,
-                      job_id: str | None = None, contains: str | None = None
-                      ) -> Any:
-        """Around an action that is *meant* to cause background errors (a retry scenario,
-        the late executor of a takeover race): matching errors that arrive while the block
-        runs are acknowledged — expected, so `close()` does not raise for them.
-
-            with lab.expect_errors(source="worker error", actor="A"):
-                gate_a.release()
-                await lab.wait_for("error", actor="A", timeout=T)
-        """
-        expectation = {"source": source, "actor": actor, "job_id": job_id,
-                       "contains": contains}
-        start = len(self._errors)
-        self._expecting.append(expectation)
-        try:
-            yield self
-        finally:
-            self._expecting.remove(expectation)
-            for e in self._errors[start:]:
-                if _error_matches(e, source, actor, job_id, contains):
-                    e.acknowledged = True
 
     async def start_over(self) -> Lab:
         """Close this lab and open a fresh one with the same name and options: a race
@@ -550,48 +388,56 @@ class Lab:
         fresh.stage.board = board
         return fresh
 
+    # ------------------------------------------------------------ errors (labs.errors)
+
+    @property
+    def errors(self) -> list[LabError]:
+        """Every background error seen so far (acknowledged ones included), in order."""
+        return self.book.all
+
+    @property
+    def unacknowledged(self) -> list[LabError]:
+        """The errors `close()` and `check()` would raise for."""
+        return self.book.unacknowledged
+
+    def acknowledge(self, *, source: str | None = None, actor: str | None = None,
+                    job_id: str | None = None, contains: str | None = None) -> int:
+        """Mark matching errors as expected; returns how many were newly acknowledged.
+
+        All filters given must match: `source` ("worker failed", "worker error",
+        "worker run", "loop", "close"), `actor` (worker name), `job_id`, `contains` (a
+        substring of the message). With no filter at all, every current error is acknowledged."""
+        return self.book.acknowledge(source=source, actor=actor, job_id=job_id,
+                                     contains=contains)
+
+    def errors_of(self, *, source: str | None = None, actor: str | None = None,
+                  job_id: str | None = None, contains: str | None = None) -> list[LabError]:
+        """The errors matching every filter given (acknowledged or not): what a check cell
+        asserts on — it does not change when the cell runs again."""
+        return self.book.matching(source=source, actor=actor, job_id=job_id,
+                                  contains=contains)
+
+    @contextlib.contextmanager
+    def expect_errors(self, *, source: str | None = None, actor: str | None = None,
+                      job_id: str | None = None, contains: str | None = None
+                      ) -> Iterator[Lab]:
+        """Around an action that is *meant* to cause background errors (a retry scenario,
+        the late executor of a takeover race): matching errors that arrive while the block
+        runs are acknowledged — expected, so `close()` does not raise for them.
+
+            with lab.expect_errors(source="worker error", actor="A"):
+                gate_a.release()
+                await lab.wait_for("error", actor="A", timeout=T)
+        """
+        with self.book.expect(source=source, actor=actor, job_id=job_id, contains=contains):
+            yield self
+
     def check(self) -> None:
         """Raise `LabErrors` now if there are unacknowledged background errors (for an
         assertion cell in the middle of a notebook)."""
-        if self.unacknowledged:
-            raise LabErrors(self.name, self.unacknowledged)
+        self.book.check()
 
-    def _on_worker_event(self, event: dict[str, Any]) -> None:
-        self.history.on_worker_event(event)
-        if event.get("kind") in ("failed", "error"):
-            error = LabError(
-                round(event["t"] - self.started, 3), f"worker {event['kind']}",
-                event.get("actor"), event.get("job_id"), str(event.get("error")),
-                acknowledged=self._closing or event.get("actor") in self._stopping)
-            if any(_error_matches(error, **x) for x in self._expecting):
-                error.acknowledged = True
-            self._errors.append(error)
-
-    def _on_loop_exception(self, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        message = str(context.get("message") or "")
-        if exc is not None:
-            message = f"{message}: {type(exc).__name__}: {exc}" if message else (
-                f"{type(exc).__name__}: {exc}")
-        self._errors.append(LabError(self._now(), "loop", None, None, message,
-                                     acknowledged=self._closing))
-        self.history.add(actor="loop", type="info", op="loop exception", detail=message)
-
-    # ------------------------------------------------------------ routing (labs._scope)
-
-    def _on_probe(self, point: str, ctx: dict[str, Any], actor: str | None) -> None:
-        self.history.on_probe(point, ctx, actor)
-
-    def _on_log(self, record: Any, actor: str | None) -> None:
-        self.logs.append(f"{self._now():8.3f} {record.levelname:<7} {actor or '-':<10} "
-                         f"{record.getMessage()}")
-        self.history.on_log(record, actor)
-
-    def _mine(self, ctx: dict[str, Any]) -> bool:
-        scope = _scope.current()
-        return scope is not None and scope.sink is self
-
-    # ------------------------------------------------------------ workers
+    # ------------------------------------------------------------ workers (labs.workers)
 
     async def start_worker(self, name: str = "W", *, renew_lock: bool = True,
                            options: dict[str, Any] | None = None,
@@ -612,101 +458,35 @@ class Lab:
 
         Returns the `TaskWorker`; `lab.stop_worker(name)` closes it."""
         self._require_open()
-        bad = set(timings) & _FIXED
-        if bad:
-            raise ValueError(f"{', '.join(sorted(bad))} cannot change per worker: they "
-                             "isolate the lab (use redis_url= for a proxy)")
-        await self.stop_worker(name)
-        settings = self.settings.replace(**timings)
-        if redis_url:
-            settings = settings.replace(redis_url=redis_url)
-        scope = _scope.Scope(self, name)
-        ctx = contextvars.copy_context()
-        ctx.run(_scope.SCOPE.set, scope)
-        # Created and started inside the lab's context: every task the worker spawns
-        # (its run loop, each job) inherits it, so probes know whose crossing it is.
-        worker = await asyncio.create_task(create_task_worker(
-            settings, actor=name, renew_lock=renew_lock, options=options,
-            on_event=self.recorder, start=False, fence=self._fences.fence_for(name),
-            on_run_error=self._on_run_error), context=ctx)
-        worker.worker.on("active", self._active_listener(name))
-        ctx.run(worker.start)
-        self.workers[name] = worker
-        return worker
-
-    def _on_run_error(self, worker: TaskWorker, err: Exception) -> None:
-        """The `on_run_error` hook of this lab's workers: a crash of a worker's run loop goes
-        into `lab.errors` when it happens, not when the finished task is garbage-collected
-        ("Task exception was never retrieved"), at a random later moment and in whatever
-        lab is open then. A crash while the worker or the lab is closing (bullmq's run loop
-        can trip over its own connection being closed during start-up) is recorded as
-        acknowledged."""
-        closing = worker.closing or self._closing
-        self._errors.append(LabError(
-            self._now(), "worker run", worker.name, None,
-            f"the worker's run loop ended with {type(err).__name__}: {err}"
-            + (" (while closing)" if closing else ""), acknowledged=closing))
-        self.history.add(actor=worker.name, type="info", op="worker error",
-                         detail=f"run loop ended: {type(err).__name__}: {err}")
-
-    def _active_listener(self, name: str) -> Callable[..., None]:
-        def on_active(job: Any, *args: Any) -> None:
-            data = job.data if isinstance(job.data, dict) else {}
-            self.recorder("active", {"actor": name, "task_id": data.get("taskId"),
-                                     "run": data.get("run"), "job_id": job.id})
-        return on_active
+        return await self.crew.start(name, renew_lock=renew_lock, options=options,
+                                     redis_url=redis_url, timings=timings)
 
     async def stop_worker(self, name: str, timeout: float | None = None) -> bool | None:
         """Close the worker `name`: it stops taking jobs, its running job gets `timeout`
         seconds (default `close_timeout`) to finish, then it is forced. Returns True if it
         closed gracefully, False if forced, None if there was no such worker. A job held
         at a gate only finishes once the gate is released."""
-        worker = self.workers.pop(name, None)
-        if worker is None:
-            return None
-        self._stopping.add(name)
-        try:
-            return await worker.close(timeout=self.close_timeout if timeout is None else timeout)
-        finally:
-            self._stopping.discard(name)
+        return await self.crew.stop(name, timeout)
 
     async def stop_workers(self) -> None:
         """Close every worker of this lab (concurrently, each bounded)."""
-        names = list(self.workers)
-        await asyncio.gather(*(self.stop_worker(n) for n in names))
-
-    # ------------------------------------------------------------ gates, faults, events
+        await self.crew.stop_all()
 
     def gate(self, point: str, *, actor: str | None = None,
              when: Callable[[dict[str, Any]], bool] | None = None,
              timeout: float = DEFAULT_TIMEOUT_S) -> Gate:
         """A `labs.gates.Gate` that only catches this lab's executors (and `actor`, if
-        given); its pause and release appear in the history; `close()` releases it."""
+        given); its pause and release appear in the history; `close()` releases it. A
+        re-run cell's unreleased gate at the same point for the same actor is replaced."""
         self._require_open()
-        # A re-run cell (or a step tried again) must not leave its first gate installed:
-        # an unreleased gate at the same point for the same actor would catch the
-        # crossing meant for the new one. It is replaced (closed: uninstalled, and an
-        # executor it holds is let go).
-        for old in [x for x in self._gates if isinstance(x, Gate) and x.point == point
-                    and x.actor == actor and not x.is_released]:
-            old.close()
-            self._gates.remove(old)
-        g = Gate(point, actor=actor, timeout=timeout,
-                 when=lambda ctx: self._mine(ctx) and (when is None or when(ctx)),
-                 observer=lambda event, ctx: self.history.on_gate("gate", point, event, ctx))
-        self._gates.append(g)
-        return g
+        return self.crew.gate(point, actor=actor, when=when, timeout=timeout)
 
     def fault(self, point: str, error: BaseException, *, actor: str | None = None,
               when: Callable[[dict[str, Any]], bool] | None = None, times: int = 1) -> Fault:
         """A `labs.gates.Fault`: raise `error` at the next `times` crossings of `point` by
         this lab's executors (and `actor`, if given). Recorded in the history."""
         self._require_open()
-        f = Fault(point, error, actor=actor, times=times,
-                  when=lambda ctx: self._mine(ctx) and (when is None or when(ctx)),
-                  observer=lambda event, ctx: self.history.on_gate("fault", point, event, ctx))
-        self._gates.append(f)
-        return f
+        return self.crew.fault(point, error, actor=actor, when=when, times=times)
 
     def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
         """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
@@ -716,9 +496,7 @@ class Lab:
         running or started later. `switch.off()` or `close()` turns it off; switching the
         same bug on again replaces the first."""
         self._require_open()
-        for old in [s for s in self._fences.switches if s.bug == bug and s.actor == actor]:
-            old.off()
-        return self._fences.switch_on(bug, actor)
+        return self.crew.counterexample(bug, actor)
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,
@@ -734,109 +512,3 @@ class Lab:
         return await self.recorder.wait_for(
             kind, timeout=timeout,
             where=lambda e: e["t"] >= after and (where is None or where(e)), **match)
-
-    # ------------------------------------------------------------ the dispatcher
-
-    async def dispatch(self, *, queue: Any = None) -> Any:
-        """Run one dispatcher scan (`teamdesk.tasks.dispatcher.dispatch_tasks`) on this
-        lab and return its `DispatchReport` (scanned, added, refreshed, re_added,
-        failed_from_queue, recovered_stale, purged, failed_stalled).
-
-        The dispatcher compares times in the database's clock (D6 made precise), so its
-        clock cannot be moved from here: age a task instead (`await lab.age(task_id, 121)`
-        makes a RUNNING row look stale, D6). `queue` replaces the lab's queue (e.g. one
-        built on a proxy's settings). A failing scan raises here, in your cell, and is
-        recorded in the history."""
-        from teamdesk.tasks.dispatcher import dispatch_tasks
-
-        self._require_open()
-        token = _scope.SCOPE.set(_scope.Scope(self, "dispatcher"))
-        self.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="")
-        try:
-            report = await dispatch_tasks(queue or self.queue, self.settings)
-        except Exception as err:
-            self.history.add(actor="dispatcher", type="fail", op="dispatch",
-                             detail=f"{type(err).__name__}: {err}")
-            raise
-        finally:
-            _scope.SCOPE.reset(token)
-        self.history.add(actor="dispatcher", type="ok", op="dispatch", detail=str(report))
-        return report
-
-    async def age(self, task_id: str, seconds: float) -> None:
-        """Compress the clock for one task: move its `updated_at`, `dispatched_at` and
-        `expires_at` `seconds` into the past, as if that much time had passed since each
-        was stamped (D1's 30 s re-check, D6's 120 s stale age, D7's expiry). An UPDATE that
-        sets `updated_at` itself keeps its value (the migration's trigger)."""
-        from sqlalchemy import text, update
-
-        self._require_open()
-        shift = text(f"interval '{float(seconds)} seconds'")
-        t = BackgroundTask
-        async with self.sessions() as session, session.begin():
-            await session.execute(update(t).where(t.id == task_id).values(
-                updated_at=t.updated_at - shift, dispatched_at=t.dispatched_at - shift,
-                expires_at=t.expires_at - shift))
-
-    # ------------------------------------------------------------ services (thin wrappers)
-
-    async def create_ticket(self, title: str = "Call the customer back", *,
-                            actor: str = "eve", due_at: datetime | None = None,
-                            assignee_id: str | None = None,
-                            priority: Priority | str = Priority.NORMAL,
-                            ) -> tuple[Ticket, BackgroundTask | None]:
-        """`teamdesk.services.tickets.create_ticket` in the demo team: the ticket, its
-        `created` event and (with `due_at`) its REMINDER task, in one transaction (O1).
-        Returns (ticket, reminder task or None)."""
-        async with self.sessions() as session:
-            return await ticket_services.create_ticket(
-                session, self.team, actor, title, priority=priority, due_at=due_at,
-                assignee_id=assignee_id)
-
-    async def set_due_date(self, ticket_id: int, due_at: datetime | None, *,
-                           actor: str = "ben") -> tuple[Ticket, BackgroundTask | None]:
-        """`teamdesk.services.tickets.set_due_date`: earlier reminders become no-ops, a
-        new REMINDER task is written for the new revision (O3)."""
-        async with self.sessions() as session:
-            return await ticket_services.set_due_date(session, self.team, actor, ticket_id,
-                                                      due_at)
-
-    async def request_export(self, filters: dict[str, Any] | None = None, *,
-                             user: str = "ben", scope: Scope | str | None = None
-                             ) -> BackgroundTask:
-        """`teamdesk.services.exports.request_export` in the demo team: writes an EXPORT
-        task (WAITING, run 0, not dispatched) and nothing else (O1, O4). `user` "ben" is
-        an agent (team scope); "dan" a customer (own tickets)."""
-        async with self.sessions() as session:
-            return await export_services.request_export(
-                session, self.team, user, filters, scope=scope, settings=self.settings)
-
-    async def retry(self, task_id: str, *, user: str = "ben") -> BackgroundTask:
-        """`teamdesk.services.tasks.retry_task`: a FAILED task opens run+1 (R1, R2)."""
-        async with self.sessions() as session:
-            return await task_services.retry_task(session, self.team, user, task_id)
-
-    async def task(self, task_id: str) -> BackgroundTask:
-        """The ledger row of `task_id`, read now (`KeyError` if this lab has no such task)."""
-        async with self.sessions() as session:
-            task = await session.scalar(select(BackgroundTask).where(
-                BackgroundTask.id == task_id))
-        if task is None:
-            raise KeyError(f"no task {task_id!r} in lab {self.name!r}")
-        return task
-
-    async def enqueue(self, task_id: str, run: int | None = None, **opts: Any) -> Any:
-        """Add the task's job exactly as the dispatcher does (D2: name "execute", data
-        `{taskId, run}`, job id `<task>-<run>`), without touching the ledger. `run`
-        defaults to the ledger's current run; `opts` are extra BullMQ job options.
-        A shortcut for cells that are not about dispatching."""
-        if run is None:
-            run = (await self.task(task_id)).run
-        return await self.queue.add(JOB_NAME, {"taskId": task_id, "run": run},
-                                    {"jobId": task_job_id(task_id, run), **opts})
-
-    async def job(self, task_id: str, run: int | None = None) -> Any:
-        """The queue's job for that task run (default: the ledger's current run), or None."""
-        if run is None:
-            run = (await self.task(task_id)).run
-        return await self.queue.getJob(task_job_id(task_id, run))

@@ -5,12 +5,15 @@ process, database URL, Redis URL, BullMQ prefix, private Redis server). The URLs
 passwords, so the record is 0600 in a 0700 folder (S1). `close()` deletes it. A kernel
 killed with the lab still open never does: the next `Lab.open()` on this machine finds
 records whose process is gone and removes what they name — the database (`DROP DATABASE
-… WITH (FORCE)`), every Redis key under the prefix, the private Redis server. Its workers
-ran inside the dead kernel, so they died with it.
+… WITH (FORCE)`), every Redis key under the prefix (`teamdesk.tasks.queue.delete_prefix`,
+the one place a prefix is cleared), the private Redis server. Its workers ran inside the
+dead kernel, so they died with it. The clean-up is async (`Lab.open` awaits it); its few
+blocking steps (a process check, `DROP DATABASE`) run in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -18,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import redis
+import redis.asyncio as aioredis
 
 from devkit import services
 from labs.private_redis import kill_leftover
 from teamdesk.db.templates import drop_database
+from teamdesk.tasks.queue import delete_prefix
 
 
 def _dir() -> Path:
@@ -68,7 +72,7 @@ def _server(url: str) -> str:
     return url.partition("?")[0].rsplit("/", 1)[0]
 
 
-def clean(database_url: str, redis_url: str) -> list[str]:
+async def clean(database_url: str, redis_url: str) -> list[str]:
     """Remove the databases, queue keys and private Redis servers of labs whose process is
     gone; returns their names. Only leftovers on the servers this lab uses
     (`database_url`, `redis_url`) are touched: a record of another server (docker-compose
@@ -90,10 +94,11 @@ def clean(database_url: str, redis_url: str) -> list[str]:
             continue
         try:
             if server:
-                kill_leftover(server["pid"], server["created"], server.get("dir"))
+                await asyncio.to_thread(kill_leftover, server["pid"], server["created"],
+                                        server.get("dir"))
             else:
-                _delete_keys(info["redis_url"], info["prefix"])
-            drop_database(info["database_url"])
+                await _delete_keys(info["redis_url"], info["prefix"])
+            await asyncio.to_thread(drop_database, info["database_url"])
         except Exception:  # a server that is down now: try again next time
             continue
         path.unlink(missing_ok=True)
@@ -101,9 +106,12 @@ def clean(database_url: str, redis_url: str) -> list[str]:
     return cleaned
 
 
-def _delete_keys(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-    with contextlib.closing(client):
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=500))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i:i + 500])
+async def _delete_keys(url: str, prefix: str) -> int:
+    """Every key under a dead lab's prefix, on a client that gives up within seconds (a
+    Redis that is down now is tried again at a later open)."""
+    client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return await asyncio.wait_for(delete_prefix(client, prefix), 10)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()

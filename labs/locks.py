@@ -66,7 +66,7 @@ LOCKED_POINTS = ("reminder.after_lease_check", "reminder.after_event",
 def _paused_actors(lab: Any) -> list[str]:
     """The lab's executors paused at a gate inside the team-locked transaction."""
     out = []
-    for g in getattr(lab, "_gates", ()):
+    for g in getattr(lab, "gates", ()):
         if (g.point in LOCKED_POINTS and getattr(g, "is_reached", False)
                 and not getattr(g, "is_released", True)):
             who = (g.context or {}).get("actor") or g.actor or "an executor"

@@ -1,6 +1,6 @@
-"""Real `teamdesk worker` subprocesses, isolated worlds (a cloned database + a fresh queue
-prefix), bounded polling: shared by the benchmarks, the chaos run (`labs.chaos`) and its
-notebook.
+"""Real `teamdesk worker` subprocesses, isolated worlds (`devkit.world.World`: a cloned
+database + a fresh queue prefix, re-exported here), bounded polling: shared by the
+benchmarks, the chaos run (`labs.chaos`) and its notebook.
 
 Nothing here is product logic: a worker process is started exactly as an operator would
 (`python -m teamdesk.cli worker --name …`, configured by `DATABASE_URL`, `REDIS_URL`,
@@ -17,20 +17,18 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-
+from devkit.world import World
 from labs.faults import flush_prefix
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
-from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.tasks.queue import redis_client
 from teamdesk.tasks.runner import heartbeat_key
+
+__all__ = ["WorkerProc", "World", "clear_prefix", "stop_all", "wait_heartbeats",
+           "wait_until", "worker_env"]
 
 
 def worker_env(settings: Settings, timings: dict[str, str], *,
@@ -174,29 +172,6 @@ async def wait_heartbeats(settings: Settings, procs: list[WorkerProc], timeout: 
 async def clear_prefix(settings: Settings) -> int:
     """Delete every key under the world's queue prefix (`labs.faults.flush_prefix`)."""
     return await flush_prefix(settings)
-
-
-@dataclass
-class World:
-    """A cloned database and a fresh queue prefix; `close()` drops and deletes both."""
-
-    settings: Settings
-    engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
-
-    @classmethod
-    def open(cls, base: Settings, label: str) -> World:
-        url = clone_database(base.database_url, prefix=f"teamdesk_{label}")
-        settings = base.replace(database_url=url,
-                                queue_prefix=f"{label}{uuid.uuid4().hex[:8]}")
-        engine = create_engine(url)
-        return cls(settings, engine, session_factory(engine))
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await clear_prefix(self.settings)
-        await self.engine.dispose()
-        await asyncio.to_thread(drop_database, self.settings.database_url)
 
 
 def stop_all(procs: list[WorkerProc]) -> None:

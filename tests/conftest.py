@@ -1,10 +1,10 @@
-"""Shared fixtures: real PostgreSQL and Redis (embedded default unless URLs are set), one
-database cloned from a migrated template and one BullMQ prefix per test."""
+"""Shared fixtures: real PostgreSQL and Redis (embedded default unless URLs are set), and one
+world per test (`devkit.world.World`: a database cloned from a migrated template and a
+BullMQ prefix of its own, both removed at teardown)."""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,10 +12,8 @@ import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from devkit import services
+from devkit.world import World
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
-from teamdesk.db.templates import clone_database, drop_database
-from teamdesk.tasks.queue import delete_prefix
 
 
 @pytest.fixture(scope="session")
@@ -25,32 +23,38 @@ def service_settings() -> Settings:
 
 
 @pytest.fixture
-def database_url(service_settings: Settings) -> str:
-    url = clone_database(service_settings.database_url)
-    yield url
-    drop_database(url)
+async def world(service_settings: Settings) -> AsyncIterator[World]:
+    """This test's world; at teardown its keys are deleted and its database dropped (a
+    failure there fails the test's teardown: a world left behind is a bug)."""
+    w = await World.open_async(service_settings, "t")
+    yield w
+    await w.close()
 
 
 @pytest.fixture
-def settings(service_settings: Settings, database_url: str) -> Settings:
+def database_url(world: World) -> str:
+    """The URL of this test's own database (a clone of the template)."""
+    return world.settings.database_url
+
+
+@pytest.fixture
+def settings(world: World, database_url: str) -> Settings:
     """This test's world: its own database and its own BullMQ prefix."""
-    return service_settings.replace(database_url=database_url,
-                                    queue_prefix=f"t{uuid.uuid4().hex[:10]}")
+    return world.settings
 
 
 @pytest.fixture
-async def sessions(settings: Settings) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(settings.database_url)
-    yield session_factory(engine)
-    await engine.dispose()
+def sessions(world: World, settings: Settings) -> async_sessionmaker[AsyncSession]:
+    """Sessions on `settings.database_url`, this test's database (the world disposes the
+    engine)."""
+    return world.sessions
 
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    """A plain client; at teardown deletes every key under this test's prefix."""
+    """A plain client on the test's Redis (the world deletes its prefix's keys)."""
     client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
     yield client
-    await delete_prefix(client, settings.queue_prefix)
     await client.aclose()
 
 
