@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 
 from devkit import services
+from devkit.world import World
 from labs.chaos import (
     ALL_KINDS,
     KINDS,
@@ -38,8 +38,6 @@ from labs.chaos import (
     print_header,
     run_chaos,
 )
-from labs.procs import clear_prefix
-from teamdesk.db.templates import clone_database, drop_database
 
 # ---------------------------------------------------------------- command line
 
@@ -87,17 +85,15 @@ async def main(argv: list[str] | None = None) -> int:
               f"at least, {sum(s.close for s in reminders)} closed)")
         return 0
     base = services.resolve_settings(owner_pid=os.getpid())
-    url = await asyncio.to_thread(clone_database, base.database_url, "teamdesk_chaos")
-    settings = base.replace(database_url=url, queue_prefix=f"chaos{os.getpid()}")
+    world = await World.open_async(base, "chaos")
     try:
-        report = await run_chaos(settings, config, keep_logs=True if args.keep_logs else None)
+        report = await run_chaos(world.settings, config,
+                                 keep_logs=True if args.keep_logs else None)
     except ChaosRefused as err:
         print(f"chaos: refused: {err}")
         return 2
     finally:
-        with contextlib.suppress(Exception):
-            await clear_prefix(settings)
-        await asyncio.to_thread(drop_database, url)
+        await world.close()
     return 0 if report.ok else 1
 
 

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Any
 
 from sqlalchemy import select
 
+from devkit.world import World
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.models import BackgroundTask
-from teamdesk.db.templates import clone_database, drop_database
 from teamdesk.seed import seed_demo
 from teamdesk.services import exports
 from teamdesk.tasks.dispatcher import dispatch_tasks
-from teamdesk.tasks.queue import create_task_queue, delete_prefix, job_states, task_job_id
+from teamdesk.tasks.queue import create_task_queue, job_states, task_job_id
 from teamdesk.tasks.worker import create_task_worker
 
 STEP_TIMEOUT_S = 15.0
@@ -83,34 +81,37 @@ async def _table(sessions: Any, queue: Any, task_id: str) -> str:
                      for r in rows)
 
 
-async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
-    """Run the narrated race once against the configured servers; returns an exit code."""
-    world_url = clone_database(settings.database_url, prefix="teamdesk_demo")
-    world = settings.replace(database_url=world_url, queue_prefix=f"demo{uuid.uuid4().hex[:8]}",
-                             backoff_delay_ms=100)
-    engine = create_engine(world_url)
-    sessions = session_factory(engine)
-    queue = create_task_queue(world)
-    signals = _Signals()
-    release_a, release_b = asyncio.Event(), asyncio.Event()
-    handler = _LeaseLostLog(signals)
-    logging.getLogger("teamdesk.processor").addHandler(handler)
-    logging.getLogger("teamdesk.processor").setLevel(logging.INFO)
-    workers = []
+class _Race:
+    """The two executors' checkpoints: A pauses after its read, B after its claim, until
+    the narration releases them (probes, P2; no sleeps)."""
 
-    async def probe(point: str, ctx: dict[str, Any]) -> None:
-        if point == "export.after_read" and ctx.get("actor") == "A" and not release_a.is_set():
-            signals.fire("a_paused", **ctx)
-            await release_a.wait()
+    def __init__(self) -> None:
+        self.signals = _Signals()
+        self.release_a, self.release_b = asyncio.Event(), asyncio.Event()
+
+    async def probe(self, point: str, ctx: dict[str, Any]) -> None:
+        if point == "export.after_read" and ctx.get("actor") == "A" and not self.release_a.is_set():
+            self.signals.fire("a_paused", **ctx)
+            await self.release_a.wait()
         if point == "claim.after" and ctx.get("actor") == "B":
-            signals.fire("b_claimed", **ctx)
-            await release_b.wait()
+            self.signals.fire("b_claimed", **ctx)
+            await self.release_b.wait()
 
-    def on_event(kind: str, fields: dict[str, Any]) -> None:
+    def on_event(self, kind: str, fields: dict[str, Any]) -> None:
         if kind == "stalled":
-            signals.fire("stalled", **fields)
+            self.signals.fire("stalled", **fields)
         if kind == "completed" and fields.get("actor") == "B":
-            signals.fire("b_done", **fields)
+            self.signals.fire("b_done", **fields)
+
+    def release(self) -> None:
+        self.release_a.set()
+        self.release_b.set()
+
+
+async def _narrate(world: World, queue: Any, race: _Race, workers: list[Any],
+                   pause: bool) -> int:
+    """The six steps of ch. 26 §4, each followed by the ledger-and-queue table."""
+    settings, sessions, signals = world.settings, world.sessions, race.signals
 
     async def step(n: int, text: str, task_id: str) -> None:
         print(f"\n[{n}] {text}")
@@ -118,52 +119,64 @@ async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
         if pause:
             await asyncio.get_running_loop().run_in_executor(None, input, "    (Enter) ")
 
-    uninstall = probes.install(probe)
+    async with sessions() as s:
+        await seed_demo(s, tickets=120)
+    async with sessions() as s:
+        task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]},
+                                            settings=settings)
+    await step(1, f"ben requests an export: task {task.id}, WAITING, run 0 (outbox row, "
+                  "no Redis call yet)", task.id)
+    await dispatch_tasks(queue, settings)
+    await step(2, f"the dispatcher adds job {task_job_id(task.id, 0)} and notes "
+                  "dispatched_at", task.id)
+    workers.append(await create_task_worker(
+        settings.replace(lock_duration_ms=1000, stalled_interval_ms=60_000),
+        actor="A", renew_lock=False, on_event=race.on_event))
+    a = await signals.wait("a_paused")
+    await step(3, f"executor A claims lease E1={a['execution_id'][:8]} and is paused after "
+                  "reading (lock 1 s, renewal off)", task.id)
+    workers.append(await create_task_worker(
+        settings.replace(stalled_interval_ms=100), actor="B", on_event=race.on_event))
+    await signals.wait("stalled")
+    b = await signals.wait("b_claimed")
+    await step(4, f"A's lock expired; B's stall check moved the job back (real 'stalled' "
+                  f"event); B claimed E2={b['execution_id'][:8]}", task.id)
+    race.release_a.set()
+    lost = await signals.wait("lease_lost")
+    await step(5, "A comes back late and writes progress with E1: 0 rows matched → "
+                  f"LeaseLost, A stops\n    log: {lost['line']}", task.id)
+    race.release_b.set()
+    await signals.wait("b_done")
+    async with sessions() as s:
+        row = await s.get(BackgroundTask, task.id)
+    await step(6, f"B completes: {row.result_summary}", task.id)
+    lines = row.result_csv.count("\n") - 1
+    print(f"\nverdict: A's write matched 0 rows; B's CSV saved ({lines} rows, "
+          f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
+          "result exists once (P12).")
+    return 0
+
+
+async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
+    """Run the narrated race once against the configured servers, in a world of its own
+    (`devkit.world.World`: a template clone and a fresh prefix, both gone afterwards);
+    returns an exit code."""
+    world = await World.open_async(settings.replace(backoff_delay_ms=100), "demo")
+    queue = create_task_queue(world.settings)
+    race = _Race()
+    handler = _LeaseLostLog(race.signals)
+    processor_log = logging.getLogger("teamdesk.processor")
+    processor_log.addHandler(handler)
+    processor_log.setLevel(logging.INFO)
+    workers: list[Any] = []
+    uninstall = probes.install(race.probe)
     try:
-        async with sessions() as s:
-            await seed_demo(s, tickets=120)
-        async with sessions() as s:
-            task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]},
-                                                settings=world)
-        await step(1, f"ben requests an export: task {task.id}, WAITING, run 0 (outbox row, "
-                      "no Redis call yet)", task.id)
-        await dispatch_tasks(queue, world)
-        await step(2, f"the dispatcher adds job {task_job_id(task.id, 0)} and notes "
-                      "dispatched_at", task.id)
-        workers.append(await create_task_worker(
-            world.replace(lock_duration_ms=1000, stalled_interval_ms=60_000),
-            actor="A", renew_lock=False, on_event=on_event))
-        a = await signals.wait("a_paused")
-        await step(3, f"executor A claims lease E1={a['execution_id'][:8]} and is paused after "
-                      "reading (lock 1 s, renewal off)", task.id)
-        workers.append(await create_task_worker(
-            world.replace(stalled_interval_ms=100), actor="B", on_event=on_event))
-        await signals.wait("stalled")
-        b = await signals.wait("b_claimed")
-        await step(4, f"A's lock expired; B's stall check moved the job back (real 'stalled' "
-                      f"event); B claimed E2={b['execution_id'][:8]}", task.id)
-        release_a.set()
-        lost = await signals.wait("lease_lost")
-        await step(5, "A comes back late and writes progress with E1: 0 rows matched → "
-                      f"LeaseLost, A stops\n    log: {lost['line']}", task.id)
-        release_b.set()
-        await signals.wait("b_done")
-        async with sessions() as s:
-            row = await s.get(BackgroundTask, task.id)
-        await step(6, f"B completes: {row.result_summary}", task.id)
-        lines = row.result_csv.count("\n") - 1
-        print(f"\nverdict: A's write matched 0 rows; B's CSV saved ({lines} rows, "
-              f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
-              "result exists once (P12).")
-        return 0
+        return await _narrate(world, queue, race, workers, pause)
     finally:
         uninstall()
-        logging.getLogger("teamdesk.processor").removeHandler(handler)
-        release_a.set()
-        release_b.set()
+        processor_log.removeHandler(handler)
+        race.release()
         for w in workers:
             await w.close(timeout=3)
-        await delete_prefix(queue.client, world.queue_prefix)
         await queue.close()
-        await engine.dispose()
-        drop_database(world_url)
+        await world.close()
