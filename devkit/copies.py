@@ -135,6 +135,15 @@ def fresh_copies(project: Path, names: Iterable[str]) -> CopyReport:
     return report
 
 
+def fresh(*names: str) -> None:
+    """From a notebook cell: `fresh("26b")` (or `fresh("all")`) replaces your copy with a
+    fresh one, keeping the old one in `my-notebooks/.replaced/`. Close the notebook's tab
+    and open it again to see the fresh copy."""
+    project = Path(__file__).resolve().parents[1]
+    print(describe(fresh_copies(project, names or ("all",)), project))
+    print("close the notebook's tab and open it again from the file browser")
+
+
 def describe(report: CopyReport, project: Path) -> str:
     """One or two lines for the lab command's output."""
     where = learner_dir(project)

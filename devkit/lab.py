@@ -1,8 +1,11 @@
 """`teamdesk lab`: the embedded services, the schema and the demo data, then JupyterLab.
 
-JupyterLab's root is the checkout, so every file a notebook cites is one click away; it
-opens on `notebooks/00-start-here.ipynb`, without Jupyter's news prompt (our settings
-overrides in `devkit/jupyter/labconfig/`), with the nbval harness files hidden. The token
+JupyterLab's root is the checkout, so every file a notebook cites is one click away. It
+opens on the learner's own copy of 00 (`my-notebooks/00-start-here.ipynb`, made
+spoiler-free on first use by `devkit.copies`; `--fresh 26b` or `--fresh all` replaces a
+copy, keeping the old one aside), serves the repository's `notebooks/` read-only
+(`devkit.contents`: they are CI's regression source), shows no Jupyter news prompt (our
+settings overrides in `devkit/jupyter/labconfig/`) and hides the nbval harness files. The token
 goes through the environment, never argv (S1). Ctrl-C stops JupyterLab, and the command's
 claim on the services ends with it (`devkit.cli`).
 """
@@ -20,6 +23,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from devkit import copies
 from teamdesk.cli import PORT, SettingsResolver, seed_team
 
 
@@ -30,8 +34,8 @@ def project_dir() -> Path:
     return here if (here / "notebooks").is_dir() else Path.cwd()
 
 
-#: The notebook a learner's browser opens on, relative to the lab's root.
-START_NOTEBOOK = "notebooks/00-start-here.ipynb"
+#: The notebook a learner's browser opens on, relative to the lab's root: their own copy.
+START_NOTEBOOK = f"{copies.LEARNER_DIR}/00-start-here.ipynb"
 
 
 #: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
@@ -54,8 +58,10 @@ def lab_hide_globs() -> list[str]:
 
 
 def lab_ui_args() -> list[str]:
-    """What a learner first sees: 00-start-here open, the harness files not listed."""
+    """What a learner first sees: their copy of 00-start-here open, the repository's
+    notebooks read-only, the harness files not listed."""
     return [f"--LabApp.default_url=/lab/tree/{START_NOTEBOOK}",
+            "--ServerApp.contents_manager_class=devkit.contents.LabContentsManager",
             *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
 
 
@@ -72,11 +78,15 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     """`teamdesk lab`: services + schema + demo data, then JupyterLab until Ctrl-C."""
     from teamdesk.db.migrate import upgrade
 
+    root = project_dir()
+    # The learner's copies first: a misspelt --fresh name fails before anything starts.
+    report = (copies.fresh_copies(root, args.fresh) if args.fresh
+              else copies.ensure_copies(root))
+    print(copies.describe(report, root))
     print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
     settings = resolve()
     upgrade(settings.database_url)
     print(asyncio.run(seed_team(settings, "acme", 300, 23)))
-    root = project_dir()
     port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
@@ -89,7 +99,8 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
     # shows to every local account.
     token = secrets.token_hex(16)
-    print(f"lab root {root} (the chapters are in notebooks/)")
+    print(f"lab root {root}: your notebooks are in {copies.LEARNER_DIR}/ (yours to edit); "
+          "notebooks/ shows a finished run, read-only")
     print(f"open http://127.0.0.1:{port}/lab/tree/{START_NOTEBOOK}?token={token}")
     print("Ctrl-C stops JupyterLab and releases the services")
 
@@ -118,4 +129,8 @@ def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
     lab.add_argument("--port", type=PORT, help="default $TEAMDESK_LAB_PORT or 8888")
     lab.add_argument("--no-browser", action="store_true")
+    lab.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
+                     help="replace your copy of these notebooks (e.g. 26b, or all) with a "
+                          f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
+                          f"{copies.REPLACED_DIR}/")
     lab.set_defaults(func=cmd_lab)

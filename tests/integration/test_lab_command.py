@@ -132,12 +132,13 @@ def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
 
     status, headers, _ = _get(base, token, "/", follow=False)
     assert status in (301, 302), status
-    assert headers["Location"].split("?")[0].endswith("/lab/tree/notebooks/00-start-here.ipynb")
+    assert headers["Location"].split("?")[0].endswith(
+        "/lab/tree/my-notebooks/00-start-here.ipynb")
 
     status, _, body = _get(base, token, "/api/contents?content=1")
     assert status == 200
     top = {item["name"] for item in json.loads(body)["content"]}
-    assert {"notebooks", "RULES.md", "teamdesk", "labs", "README.md"} <= top, top
+    assert {"notebooks", "my-notebooks", "RULES.md", "teamdesk", "labs", "README.md"} <= top, top
     assert not {n for n in top if n.startswith(".")}, top
     status, _, body = _get(base, token, "/api/contents/teamdesk/tasks/queries.sql?content=0")
     assert status == 200, "a file the notebooks cite is not reachable from the lab's root"
@@ -156,3 +157,39 @@ def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     props = json.loads(body)["schema"]["properties"]
     assert props["fetchNews"]["default"] == "false"
     assert props["checkForUpdates"]["default"] is False
+
+
+def _put(base: str, token: str, path: str, model: dict) -> int:
+    request = urllib.request.Request(f"{base}{path}", data=json.dumps(model).encode(),
+                                     method="PUT",
+                                     headers={"Authorization": f"token {token}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_the_learner_works_in_own_copies_and_the_repository_is_read_only(lab_server):
+    """What the lab serves a learner: their own copies in my-notebooks/ (made on first use
+    in the checkout, never overwritten; no stored output, so no answer shows before its
+    cell runs), writable; the repository's notebooks/ read-only, a save refused with a
+    pointer to the learner's copy, the file unchanged."""
+    base, token = lab_server
+    status, _, body = _get(base, token, "/api/contents/my-notebooks/26b-takeover-race.ipynb")
+    assert status == 200
+    mine = json.loads(body)
+    assert mine["writable"] is True
+    code = [c for c in mine["content"]["cells"] if c["cell_type"] == "code"]
+    assert code and all(not c["outputs"] for c in code)
+
+    repo = Path(__file__).parents[2] / "notebooks" / "26b-takeover-race.ipynb"
+    before = repo.read_bytes()
+    status, _, body = _get(base, token, "/api/contents/notebooks/26b-takeover-race.ipynb")
+    theirs = json.loads(body)
+    assert status == 200 and theirs["writable"] is False
+    assert any(c.get("outputs") for c in theirs["content"]["cells"])  # a finished run
+    assert _put(base, token, "/api/contents/notebooks/26b-takeover-race.ipynb",
+                {"type": "notebook", "format": "json", "content": mine["content"]}) == 403
+    assert repo.read_bytes() == before
