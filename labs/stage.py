@@ -31,14 +31,13 @@ transformer turns a first run into `begin(name)` + the cell, and a re-run into
 from __future__ import annotations
 
 import inspect
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The first line of an acting cell: `# step: <name>`.
-MARKER = re.compile(r"^#\s*step:\s*(?P<name>.*?)\s*$")
+from labs import rewind
+from labs.rewind import MARKER
 
 
 @dataclass
@@ -94,6 +93,27 @@ class Stage:
         shown = self.board()
         return await shown if inspect.isawaitable(shown) else shown
 
+    def script(self) -> list[str]:
+        """The race's steps in notebook order, numbered, each marked done or not; what
+        `go_to` accepts (`labs.rewind`)."""
+        names = rewind.step_names(rewind.load_script(self.lab.name))
+        for i, name in enumerate(names, 1):
+            print(f"{i:2d}. {'✓' if self.is_done(name) else ' '} {name}")
+        return names
+
+    async def go_to(self, name: str) -> None:
+        """Put the world into the state right before step `name`: start the race over
+        (the notebook's start-over cell, which rebinds `lab`) and replay every earlier
+        step. Then run that step's cell (`labs.rewind`)."""
+        script = rewind.load_script(self.lab.name)
+        todo = rewind.before(script, name)  # an unknown name fails here, before anything
+        ns = rewind.namespace()
+        steps = sum(c.kind == "step" for c in todo)
+        print(f"⏮ going to: {name} — starting the race over, then replaying {steps} step(s)")
+        await rewind.run_source(script[0].source, ns)
+        await _replay(todo, ns)
+        print(f"ready: now run the cell of “{name}”")
+
     def __repr__(self) -> str:
         done = [s.name for s in self.steps.values() if s.done]
         return f"<Stage of lab {self.lab.name!r}: {len(done)} step(s) done: {done}>"
@@ -131,6 +151,56 @@ async def replay(name: str) -> Any:
     return await stage.replay(name)
 
 
+async def _replay(cells: list[Any], ns: dict[str, Any]) -> None:
+    """Replay `cells` (`labs.rewind.ScriptCell`s) in order: steps not done yet, each as a
+    step of the current stage, and the support cells from the first such step on."""
+    started = False
+    for cell in cells:
+        stage = _active()
+        if stage is None:
+            raise rewind.RewindError("no lab is open to replay the steps in")
+        if cell.kind == "step" and stage.is_done(cell.name):
+            continue
+        if cell.kind == "support" and not started:
+            continue
+        started = True
+        if cell.kind == "step":
+            step = stage.begin(cell.name)
+        try:
+            await rewind.run_source(cell.source, ns)
+        except Exception as err:
+            if cell.kind == "step":
+                stage.finish(False)
+            what = f"step {cell.name!r}" if cell.kind == "step" else "a helper cell"
+            raise rewind.RewindError(f"replaying {what} failed: {type(err).__name__}: "
+                                     f"{err}") from err
+        if cell.kind == "step":
+            stage.finish(True)
+            print(f"↪ replayed step {step.number}: {cell.name}")
+
+
+async def catch_up(name: str) -> None:
+    """What a transformed `# step:` cell runs first when earlier steps of its race have
+    not run: replay them (entering a scene directly, `labs.rewind`)."""
+    stage = _active()
+    if stage is None:
+        return
+    todo = rewind.before(rewind.load_script(stage.lab.name), name)
+    missing = [c.name for c in todo if c.kind == "step" and not stage.is_done(c.name)]
+    print(f"↪ first the {len(missing)} earlier step(s) of this race: " + "; ".join(missing))
+    await _replay(todo, rewind.namespace())
+
+
+def _needs_catch_up(stage: Stage, name: str) -> bool:
+    """Whether a step of `stage`'s race that comes before `name` has not run yet. A lab
+    whose notebook cannot be found (a test, a script) never catches up."""
+    try:
+        todo = rewind.before(rewind.load_script(stage.lab.name), name)
+    except (rewind.RewindError, OSError, ValueError):
+        return False
+    return any(c.kind == "step" and not stage.is_done(c.name) for c in todo)
+
+
 def transform(lines: list[str]) -> list[str]:
     """IPython cleanup transformer: rewrite a cell whose first line is `# step: <name>`."""
     found = MARKER.match(lines[0]) if lines else None
@@ -142,7 +212,10 @@ def transform(lines: list[str]) -> list[str]:
     stage = _active()
     if stage is not None and stage.is_done(name):
         return [f"await __import__('labs.stage').stage.replay({name!r})\n"]
-    return [f"__import__('labs.stage').stage.begin({name!r})\n", *lines[1:]]
+    first = [f"__import__('labs.stage').stage.begin({name!r})\n"]
+    if stage is not None and _needs_catch_up(stage, name):
+        first.insert(0, f"await __import__('labs.stage').stage.catch_up({name!r})\n")
+    return [*first, *lines[1:]]
 
 
 def _post_run_cell(result: Any) -> None:

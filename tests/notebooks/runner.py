@@ -6,8 +6,9 @@
 `twice` runs every code cell twice in a row, then Run All again (the re-run test);
 otherwise the order is a comma-separated list of code-cell numbers (0 = the first code
 cell) or names: `reset` is the notebook's "start over" cell (tagged `start-over`), `all`
-a full Run All. A cell tagged `raises-exception` may raise (as nbval allows); any other
-error stops the run with a one-line `CellFailed` naming the cell and the step order.
+a full Run All; any other string is the source of a cell of the caller's own, run there.
+A cell tagged `raises-exception` may raise (as nbval allows); any other error stops the
+run with a one-line `CellFailed` naming the cell and the step order.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def twice_then_all(n: int) -> list[int | str]:
 
 
 def _expand(order: list[int | str], cells: list[tuple[int, nbformat.NotebookNode]]
-            ) -> list[int]:
-    out: list[int] = []
+            ) -> list[int | str]:
+    out: list[int | str] = []
     for step in order:
         if step == "all":
             out.extend(range(len(cells)))
@@ -61,6 +62,8 @@ def _expand(order: list[int | str], cells: list[tuple[int, nbformat.NotebookNode
             if not tagged:
                 raise ValueError("this notebook has no cell tagged 'start-over'")
             out.append(tagged[0])
+        elif isinstance(step, str) and not step.isdigit():
+            out.append(step)  # a cell of the test's own: its source
         else:
             out.append(int(step))
     return out
@@ -78,7 +81,11 @@ async def run_notebook(path: str | Path, order: list[int | str] | None = None,
     run = Run(path)
     async with client.async_setup_kernel():
         for n, k in enumerate(steps):
-            index, cell = cells[k]
+            if isinstance(k, str):  # the test's own cell, run like a typed-in cell
+                nb.cells.append(nbformat.v4.new_code_cell(k))
+                index, cell = len(nb.cells) - 1, nb.cells[-1]
+            else:
+                index, cell = cells[k]
             started = time.monotonic()
             try:
                 await client.async_execute_cell(cell, index)

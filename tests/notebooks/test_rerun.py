@@ -28,11 +28,12 @@ async def test_every_cell_twice_then_run_all(path: Path) -> None:
 
 @pytest.mark.integration
 async def test_26b_presenter_order_with_a_reset() -> None:
-    """A presenter's order in one kernel: set up, step 1 (code cell 3), its check twice,
+    """A presenter's order in one kernel: set up, step 1 (code cell 4), its check twice,
     step 1 again, on to B's takeover, back to step 1, start the race over (the cell tagged
     `start-over`), play it through with more re-runs, then Run All."""
     path = NOTEBOOK_DIR / "26b-takeover-race.ipynb"
-    order: list[int | str] = [0, 1, 3, 4, 4, 3, 5, 6, 7, 8, 7, 3, "reset", 3, 4, 5, 6, 7, 8,
-                              9, 10, 9, 11, 12, 13, 14, 13, "all"]
+    # Code cell 3 lists the steps (`lab.stage.script()`); step 1 is code cell 4.
+    order: list[int | str] = [0, 1, 4, 5, 5, 4, 6, 7, 8, 9, 8, 4, "reset", 4, 5, 6, 7, 8, 9,
+                              10, 11, 10, 12, 13, 14, 15, 14, "all"]
     run = await run_notebook(path, order)
     assert run.executed
