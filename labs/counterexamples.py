@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from teamdesk.tasks.lease import Lease, LeaseLost, leased_update
+from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
 
 log = logging.getLogger("teamdesk.counterexample")
 
@@ -53,6 +53,8 @@ class Switch:
     bug: str
     board: LabFences
     actor: str | None = None
+    #: A fence of the learner's own (`Lab.use_fence`), run instead of an old one.
+    fence: Fence | None = None
     #: What it changed: one line per write it let through or redirected.
     effects: list[str] = field(default_factory=list)
     on: bool = True
@@ -87,6 +89,13 @@ class LabFences:
         self.switches.append(switch)
         return switch
 
+    def use(self, fence: Fence, actor: str | None = None) -> Switch:
+        """Run `fence` (a `teamdesk.tasks.lease.Fence`, e.g. a learner's) for this lab's
+        workers (and only `actor`'s, if given) instead of the product's."""
+        switch = Switch("own fence", self, actor, fence=fence)
+        self.switches.append(switch)
+        return switch
+
     def fence_for(self, actor: str | None) -> LabFence:
         """The `fence=` of the worker named `actor` (`create_task_worker`)."""
         return LabFence(self, actor)
@@ -109,6 +118,8 @@ class LabFence:
         switch = self.board.active(self.actor)
         if switch is None:
             return await leased_update(conn, held, statement, during=during, **values)
+        if switch.fence is not None:
+            return await switch.fence(conn, held, statement, during=during, **values)
         return await OLD_FENCES[switch.bug](switch, conn, held, statement, during=during,
                                             **values)
 

@@ -498,6 +498,15 @@ class Lab(ProductCalls):
         self._require_open()
         return self.crew.counterexample(bug, actor)
 
+    def use_fence(self, fence: Any, *, actor: str | None = None) -> counterexamples.Switch:
+        """Run `fence` — a `teamdesk.tasks.lease.Fence`, e.g. one a learner wrote
+        (`labs.scenes.ch26b.where_fence`) — for this lab's executors, or only `actor`'s,
+        instead of the product's `leased_update`; through the same seam as the
+        counterexamples (`create_task_worker(fence=...)`). `switch.off()` or `close()`
+        restores the product's."""
+        self._require_open()
+        return self.crew.use_fence(fence, actor)
+
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,
                        since: float | None = None, **match: Any) -> dict[str, Any]:

@@ -143,6 +143,13 @@ class Crew:
             old.off()
         return self.fences.switch_on(bug, actor)
 
+    def use_fence(self, fence: counterexamples.Fence, actor: str | None) -> counterexamples.Switch:
+        """A fence of one's own for this lab's executors (or `actor`'s), replacing the
+        same actor's earlier one."""
+        for old in [s for s in self.fences.switches if s.fence is not None and s.actor == actor]:
+            old.off()
+        return self.fences.use(fence, actor)
+
     # ------------------------------------------------------------ closing
 
     async def close(self) -> None:
