@@ -9,8 +9,10 @@ is the product's own classification of each attempt (P4, P7, I3).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
 
@@ -91,3 +93,105 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
     lines = [f"{'':<17}{'round 1':<11}{'round 2':<11}"]
     lines += [f"{name:<17}{one!s:<11}{two!s:<11}{note}" for name, one, two, note in rows]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- 练习 E: retry or reject
+
+#: Exercise E's situations: what goes wrong during an export, and whether it stays wrong
+#: on the next attempt (the judge's world: a passing problem strikes the first attempt
+#: only, a lasting one every attempt). What a rejection would say does not matter: a
+#: rejection is final whatever its reason (P7, P8).
+SITUATIONS: dict[str, tuple[bool, RejectReason]] = {
+    "the database connection dropped while a batch was read": (False,
+                                                               RejectReason.INVALID_FILTERS),
+    "Redis timed out while the progress was reported": (False, RejectReason.INVALID_FILTERS),
+    "the export's owner is no longer a member of the team": (True, RejectReason.ACCESS_LOST),
+    "the filters name a status that does not exist": (True, RejectReason.INVALID_FILTERS),
+}
+CHOICES = ("retry", "reject")
+
+
+class ScriptedJob(StandInJob):
+    """A stand-in job whose first progress report raises `error` (None: nothing goes
+    wrong): the exception reaches the processor from inside the executor, as a problem
+    met while exporting would."""
+
+    def __init__(self, task_id: str, attempts_made: int, error: BaseException | None) -> None:
+        super().__init__(task_id, attempts_made=attempts_made)
+        self.error = error
+
+    async def updateProgress(self, value: int) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        await super().updateProgress(value)
+
+
+def _raised(situation: str, choice: str) -> BaseException:
+    """What an executor that chose `choice` raises for `situation`: a temporary error the
+    queue retries, or `TaskRejected`, which ends the task (P7)."""
+    if choice == "retry":
+        return ConnectionError(situation)
+    return TaskRejected(SITUATIONS[situation][1], situation)
+
+
+async def _outcome(lab: Any, ctx: TaskContext, situation: str, choice: str
+                   ) -> tuple[str, int]:
+    """A new export executed with the learner's choice for `situation`, attempt after
+    attempt as the queue would (attemptsMade 0, 1, 2) while the ledger says WAITING:
+    the final status and how many executions it took."""
+    stays = SITUATIONS[situation][0]
+    task = await lab.request_export({"status": ["OPEN"]}, user="ben")
+    status, executions = "WAITING", 0
+    for attempts_made in range(MAX_TASK_ATTEMPTS):
+        strikes = stays or attempts_made == 0
+        job = ScriptedJob(task.id, attempts_made,
+                          _raised(situation, choice) if strikes else None)
+        await raised_by(process_task(job, None, ctx))
+        executions += 1
+        status = (await lab.task(task.id)).status.value
+        if status != "WAITING":
+            break
+    return status, executions
+
+
+@dataclass
+class KindsVerdict:
+    """Exercise E's verdict: `ok` when every situation ended the way it should."""
+
+    ok: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+async def judge_kinds(lab: Any, ctx: TaskContext, choices: Any) -> KindsVerdict:
+    """Exercise E: each situation run through the real processor with the learner's
+    choice; ✓ when the task ended the way it should — finished after a passing problem,
+    FAILED at once for a lasting one — else what the choice cost."""
+    if not isinstance(choices, dict) or set(choices) != set(SITUATIONS):
+        return KindsVerdict(False, "✗ my_kinds must map each situation above to "
+                                   "\"retry\" or \"reject\"")
+    lines, right = [], 0
+    for situation, choice in choices.items():
+        if choice not in CHOICES:
+            lines.append(f"  ? {situation}: write \"retry\" or \"reject\"")
+            continue
+        status, runs = await _outcome(lab, ctx, situation, choice)
+        stays = SITUATIONS[situation][0]
+        if not stays and status == "COMPLETED":
+            right += 1
+            lines.append(f"  ✓ {situation}: {choice} → COMPLETED on attempt {runs}")
+        elif stays and status == "FAILED" and runs == 1:
+            right += 1
+            lines.append(f"  ✓ {situation}: {choice} → FAILED at once, a clear reason kept")
+        elif not stays:
+            lines.append(f"  ✗ {situation}: {choice} → {status} after {runs} execution(s); "
+                         "the problem had passed, a retry would have finished the export")
+        else:
+            lines.append(f"  ✗ {situation}: {choice} → {status} only after {runs} "
+                         "executions: each retry met the same problem (and the user waited)")
+    head = ("✓ every task ended the way it should (P7)" if right == len(SITUATIONS)
+            else f"{right} of {len(SITUATIONS)} right")
+    return KindsVerdict(right == len(SITUATIONS), "\n".join([head, *lines]))

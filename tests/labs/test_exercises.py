@@ -56,3 +56,21 @@ async def test_26b_fence_judge_rejects_the_starter_and_accepts_the_solution(serv
     assert good.ok, str(good)
     wall = await ch26b.judge_fence("false", settings=service_settings)
     assert not wall.ok and not wall.alone_completed, str(wall)
+
+
+async def test_26a_retry_or_reject_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """P7, P8: run through the real processor, retrying a lasting problem fails only after
+    three executions and rejecting a passing one fails a task a retry would finish; the
+    notebook's starter (retry everything) is judged wrong, its solution right."""
+    from labs.scenes import ch26a
+    from teamdesk.tasks.context import TaskContext
+
+    ctx = TaskContext(settings=lab.settings, actor="A")
+    starter = _assigned("26a-identities-and-retries.ipynb", "exercise", "my_kinds")
+    solution = _assigned("26a-identities-and-retries.ipynb", "solution", "solution_kinds")
+    bad = await ch26a.judge_kinds(lab, ctx, starter)
+    good = await ch26a.judge_kinds(lab, ctx, solution)
+    assert not bad.ok and "only after 3 executions" in bad.text, bad.text
+    assert good.ok, good.text
+    all_reject = await ch26a.judge_kinds(lab, ctx, dict.fromkeys(solution, "reject"))
+    assert not all_reject.ok and "a retry would have finished" in all_reject.text
