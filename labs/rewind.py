@@ -67,7 +67,7 @@ def _binds(tree: ast.Module) -> set[str]:
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                     names.add(sub.id)
-    return names
+    return names - {"_"}  # the throwaway name binds nothing anyone reads
 
 
 def _reads(tree: ast.Module) -> set[str]:
@@ -92,9 +92,16 @@ def script_from_cells(cells: list[dict[str, Any]]) -> list[ScriptCell]:
         return []
     script: list[ScriptCell] = [ScriptCell(START_OVER, code[start][0])]
     candidates: list[tuple[ScriptCell, set[str], set[str]]] = []
+    #: Names only a prediction or an exercise binds (a learner's guess): a plain cell that
+    #: reads one is a reveal, never replayable.
+    guesses: set[str] = set()
     for source, tags in code[start + 1:]:
         tree = _parse(source)
+        if tree is not None and NOT_REPLAYED & set(tags):
+            guesses |= _binds(tree)
         if tree is None or NOT_REPLAYED & set(tags):
+            continue
+        if not MARKER.match(source.split("\n", 1)[0]) and _reads(tree) & guesses:
             continue
         first = source.split("\n", 1)[0]
         found = MARKER.match(first)

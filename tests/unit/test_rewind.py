@@ -18,6 +18,7 @@ CELLS = [
     _code("guess = None", "predict"),
     _code("def helper():\n    return task"),  # read by step three: kept
     _code("shown = task  # a look nobody reads later"),
+    _code("_ = reveal(guess, task)"),  # reads a guess: a reveal, never replayed
     _code("# step: two\nx = 2"),
     _code("assert task == 1", "check"),
     _code("# step: three\nhelper()"),
