@@ -12,9 +12,9 @@ things a presenter wants that the cells alone cannot give:
 
 The script is the notebook itself: the lab's name is its file name (`Lab.open("26b-…")`),
 found beside the kernel (the copy being run) or in `notebooks/`. Replayed are the
-start-over cell, the step cells before the target, and the few plain cells that bind a
-name a later step reads (a helper function, an exercise's test): found from the code, not
-listed by hand. Predictions, checks, reveals, exercises and solutions are never replayed.
+start-over cell, the step cells before the target, and the plain cells that bind a name a
+later cell reads (a helper function, a value a later check compares with): found from the
+code, not listed by hand. Predictions, checks, reveals, exercises and solutions are never replayed.
 Their prints are swallowed; one line per replayed step says what ran. A replayed cell that
 raises stops the replay with its step named.
 """
@@ -108,14 +108,14 @@ def script_from_cells(cells: list[dict[str, Any]]) -> list[ScriptCell]:
         cell = (ScriptCell("step", source, found["name"]) if found
                 else ScriptCell("support", source))
         candidates.append((cell, _binds(tree), _reads(tree)))
-    # A support cell is kept when a later kept cell reads a name it binds (walking back,
-    # so a helper that only another helper uses is kept too).
+    # A plain cell is kept when any later cell reads a name it binds — a step, a helper,
+    # or a check of a later scene (a presenter who jumps there runs that check too).
     needed: set[str] = set()
     kept: list[ScriptCell] = []
     for cell, binds, reads in reversed(candidates):
         if cell.kind == "step" or binds & needed:
             kept.append(cell)
-            needed |= reads
+        needed |= reads
     script.extend(reversed(kept))
     return script
 

@@ -6,6 +6,7 @@ the state the replay built."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -31,15 +32,18 @@ def _code_cells(path: Path) -> list[tuple[str, list[str]]]:
 
 
 def _scene(code: list[tuple[str, list[str]]], step: str) -> list[int]:
-    """The code cells of `step`'s scene: the predictions just before its step cell, the
-    step cell and what follows up to the next step cell (reveals and checks)."""
+    """The code cells of `step`'s scene: its step cell and what follows up to the next
+    step cell (reveals and checks), after the predictions whose guesses those cells read
+    (a prediction may sit before an earlier step of the same section)."""
     first = next(i for i, (src, _) in enumerate(code)
                  if (m := MARKER.match(src.split("\n", 1)[0])) and m["name"] == step)
     end = next((i for i in range(first + 1, len(code))
                 if MARKER.match(code[i][0].split("\n", 1)[0])), len(code))
-    while first > 0 and "predict" in code[first - 1][1]:
-        first -= 1
-    return list(range(first, end))
+    read = {n.id for i in range(first, end) for n in ast.walk(ast.parse(code[i][0]))
+            if isinstance(n, ast.Name)}
+    guesses = [i for i, (src, tags) in enumerate(code[:first]) if "predict" in tags
+               and {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)} & read]
+    return [*guesses, *range(first, end)]
 
 
 @pytest.mark.integration
