@@ -68,9 +68,10 @@ def learner_copy(nb: dict[str, Any]) -> dict[str, Any]:
     return {**nb, "cells": cells}
 
 
-def _write(path: Path, nb: dict[str, Any]) -> None:
-    # nbformat's own layout (indent 1, a final newline), so Jupyter's first save of the
-    # copy changes nothing but what the learner changed.
+def write_notebook(path: Path, nb: dict[str, Any]) -> None:
+    """Write notebook JSON `nb` in nbformat's own layout (indent 1, sorted keys, a final
+    newline), atomically: Jupyter's next save of it, and a tool's edit of a repository
+    notebook, change nothing but what was meant."""
     tmp = path.with_suffix(".ipynb.tmp")
     text = json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True)
     tmp.write_text(text + "\n", encoding="utf-8")
@@ -78,7 +79,7 @@ def _write(path: Path, nb: dict[str, Any]) -> None:
 
 
 def _make(source: Path, target: Path) -> None:
-    _write(target, learner_copy(json.loads(source.read_text(encoding="utf-8"))))
+    write_notebook(target, learner_copy(json.loads(source.read_text(encoding="utf-8"))))
 
 
 def ensure_copies(project: Path) -> CopyReport:

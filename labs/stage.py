@@ -193,10 +193,11 @@ async def catch_up(name: str) -> None:
 
 def _needs_catch_up(stage: Stage, name: str) -> bool:
     """Whether a step of `stage`'s race that comes before `name` has not run yet. A lab
-    whose notebook cannot be found (a test, a script) never catches up."""
+    whose notebook cannot be found (a test, a script), or a step its notebook does not
+    have, never catches up; a notebook that cannot be read is an error shown as one."""
     try:
         todo = rewind.before(rewind.load_script(stage.lab.name), name)
-    except (rewind.RewindError, OSError, ValueError):
+    except rewind.RewindError:
         return False
     return any(c.kind == "step" and not stage.is_done(c.name) for c in todo)
 

@@ -15,6 +15,9 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+
+from devkit.copies import write_notebook  # noqa: E402 - after the path line above
 
 
 def split_points(text: str) -> list[int]:
@@ -72,8 +75,7 @@ def main(argv: list[str]) -> int:
             print(f"{path.name}: {n} heading(s) inside a cell")
         else:
             split_cells(nb)
-            text = json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True)
-            path.write_text(text + "\n", encoding="utf-8")
+            write_notebook(path, nb)
             print(f"{path.name}: {n} heading(s) given a cell of their own")
     return 1 if check and bad else 0
 
