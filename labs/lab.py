@@ -63,7 +63,7 @@ from typing import Any
 
 from devkit import services
 from devkit.world import World
-from labs import counterexamples, leftovers
+from labs import cases, counterexamples, leftovers
 from labs import stage as _stage
 from labs.calls import ProductCalls
 from labs.errors import ErrorBook, LabError, LabErrors
@@ -506,6 +506,13 @@ class Lab(ProductCalls):
         restores the product's."""
         self._require_open()
         return self.crew.use_fence(fence, actor)
+
+    async def case(self, name: str) -> cases.Case:
+        """Stage the diagnosis case `name` (`labs.cases`) in this lab with the real system
+        and return it: `case.show()` the evidence, `case.judge(cause=, rule=)` the
+        learner's diagnosis."""
+        self._require_open()
+        return await cases.open_case(self, name)
 
     async def wait_for(self, kind: str, timeout: float = DEFAULT_TIMEOUT_S,
                        where: Callable[[dict[str, Any]], bool] | None = None,

@@ -1,0 +1,135 @@
+"""Diagnosis cases: a world left in a state from the book's troubleshooting (ch. 23 §5–7,
+ch. 26 §7), handed to the learner to name the cause and the rule that explains it.
+
+    case = await lab.case("fault-a")       # the real system is run into the state
+    case.show()                            # ledger row, queue job, this task's log lines
+    case.choices                           # the causes to choose from
+    print(case.judge(cause="…", rule="P5"))
+
+A case is staged by the real parts — workers, the dispatcher, faults, gates — never by
+writing the rows by hand, so the evidence is what a practitioner would find on a real
+machine: the ledger, the queue and the product's log lines. The board's `verdict` column
+is left out of the evidence (it would name the answer).
+
+Cases are declared by the scene module of the notebook that hands them out (`CASES` in
+`labs/scenes/ch23.py`, `ch26d.py`, `ch90.py`), found by name through `WHERE`, so this
+module imports no scene (the rooms stay acyclic).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from labs import tables
+
+#: case name → the scene module that declares it (in its `CASES`).
+WHERE: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One diagnosis case. `stage(lab)` runs the real system into the case's state and
+    returns the id of the task to look at. `choices` maps a cause key to the sentence the
+    learner reads; `cause` is the right key, `rules` the rule ids that explain it (any one
+    is accepted), `why` what the judge says once both are named."""
+
+    name: str
+    title: str
+    stage: Callable[[Any], Awaitable[str]]
+    choices: dict[str, str]
+    cause: str
+    rules: frozenset[str]
+    why: str
+
+    def __post_init__(self) -> None:
+        if self.cause not in self.choices or len(self.choices) < 3:
+            raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
+
+
+@dataclass
+class Verdict:
+    """What the judge said: `ok` when both the cause and a rule are right."""
+
+    ok: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class Case:
+    """A staged case: the evidence, and the judge."""
+
+    spec: CaseSpec
+    task_id: str
+    ledger: pd.DataFrame
+    board: pd.DataFrame
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def choices(self) -> dict[str, str]:
+        return dict(self.spec.choices)
+
+    def show(self) -> None:
+        """Print the evidence (in a notebook, each frame is also displayed as a table)."""
+        _display(f"## {self.spec.title} — task {self.task_id}", self.ledger, self.board)
+        print("log lines of this task:" if self.log else "no log line names this task")
+        for line in self.log:
+            print("  " + line)
+        print("causes to choose from:")
+        for key, text in self.spec.choices.items():
+            print(f"  {key!r}: {text}")
+
+    def judge(self, *, cause: str | None, rule: str | None) -> Verdict:
+        """Right when `cause` is the case's cause key and `rule` one of its rule ids."""
+        if cause is None or rule is None:
+            return Verdict(False, "not attempted yet: name a cause (a key of case.choices) "
+                                  "and a rule id (e.g. \"P5\")")
+        if cause not in self.spec.choices:
+            return Verdict(False, f"✗ {cause!r} is not one of the choices: "
+                                  f"{', '.join(map(repr, self.spec.choices))}")
+        rule_ok = str(rule).strip().upper() in self.spec.rules
+        if cause != self.spec.cause:
+            return Verdict(False, f"✗ not {cause!r}: look again at the evidence "
+                                  "(which execution wrote last, and what the queue says)")
+        if not rule_ok:
+            return Verdict(False, f"✗ the cause is right, but {rule} is not the rule that "
+                                  "explains it (see RULES.md)")
+        return Verdict(True, f"✓ {self.spec.choices[cause]} — {self.spec.why}")
+
+
+def _display(title: str, *frames: pd.DataFrame) -> None:
+    print(title)
+    try:
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - outside IPython
+        for frame in frames:
+            print(frame.to_string())
+        return
+    for frame in frames:
+        display(frame)
+
+
+def spec(name: str) -> CaseSpec:
+    """The case declared under `name` (a clear error listing the names otherwise)."""
+    module = WHERE.get(name)
+    if module is None:
+        raise KeyError(f"no case {name!r}; the cases are {', '.join(sorted(WHERE))}")
+    return importlib.import_module(module).CASES[name]
+
+
+async def open_case(lab: Any, name: str) -> Case:
+    """Stage case `name` in `lab` and gather its evidence."""
+    case_spec = spec(name)
+    task_id = await case_spec.stage(lab)
+    board = await tables.ledger_vs_queue(lab)
+    board = board[board["task_id"] == task_id].drop(columns=["verdict"])
+    ledger = pd.DataFrame([await tables.row(lab, task_id)])
+    log = [line for line in lab.logs if task_id in line]
+    return Case(case_spec, task_id, ledger, board.reset_index(drop=True), log)
