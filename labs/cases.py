@@ -11,14 +11,16 @@ writing the rows by hand, so the evidence is what a practitioner would find on a
 machine: the ledger, the queue and the product's log lines. The board's `verdict` column
 is left out of the evidence (it would name the answer).
 
-Cases are declared by the scene module of the notebook that hands them out (`CASES` in
-`labs/scenes/ch23.py`, `ch26d.py`, `ch90.py`), found by name through `WHERE`, so this
-module imports no scene (the rooms stay acyclic).
+Cases are declared by the scene module of the notebook that hands them out (a `CASES`
+dict in `labs/scenes/ch23.py`, `ch26d.py`, `ch90.py`, name → `CaseSpec`) and found by
+name among the scene modules at run time, so this module imports no scene (the package
+stays acyclic).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +28,6 @@ from typing import Any
 import pandas as pd
 
 from labs import tables
-
-#: case name → the scene module that declares it (in its `CASES`).
-WHERE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -116,12 +115,25 @@ def _display(title: str, *frames: pd.DataFrame) -> None:
         display(frame)
 
 
+def declared() -> dict[str, CaseSpec]:
+    """Every case of every scene module (`labs/scenes/*.py` with a `CASES` dict)."""
+    scenes = importlib.import_module("labs.scenes")
+    found: dict[str, CaseSpec] = {}
+    for info in sorted(pkgutil.iter_modules(scenes.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"labs.scenes.{info.name}")
+        for name, case_spec in getattr(module, "CASES", {}).items():
+            if name in found:
+                raise RuntimeError(f"case {name!r} is declared twice")
+            found[name] = case_spec
+    return found
+
+
 def spec(name: str) -> CaseSpec:
     """The case declared under `name` (a clear error listing the names otherwise)."""
-    module = WHERE.get(name)
-    if module is None:
-        raise KeyError(f"no case {name!r}; the cases are {', '.join(sorted(WHERE))}")
-    return importlib.import_module(module).CASES[name]
+    cases = declared()
+    if name not in cases:
+        raise KeyError(f"no case {name!r}; the cases are {', '.join(sorted(cases)) or 'none'}")
+    return cases[name]
 
 
 async def open_case(lab: Any, name: str) -> Case:
