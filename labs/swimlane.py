@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labs import fonts
+
 COLOURS = {"invoke": "#1f77b4", "ok": "#2ca02c", "fail": "#d62728", "info": "#7f7f7f"}
 MARKERS = {"ok": "o", "fail": "X", "info": "D"}
 GOLD = "#f2b400"
@@ -72,6 +74,8 @@ def _layout(history: Any, lanes: Iterable[str] | None, x: str, lease: bool) -> _
 
 def _figure(lay: _Layout, x: str) -> Any:
     from matplotlib.figure import Figure
+
+    fonts.use_cjk()  # legends and labels may be Chinese
 
     class SwimlaneFigure(Figure):
         def _repr_png_(self) -> bytes:
