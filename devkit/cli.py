@@ -141,13 +141,39 @@ def add_rules(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.set_defaults(func=cmd_rules)
 
 
+# ---------------------------------------------------------------- editions
+
+def cmd_editions(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk editions`: build the 中文 edition (`notebooks/zh/`) from the notebooks and
+    their catalogues (`devkit.editions`); `--draft NAME` writes a catalogue to translate.
+    Exit 1 when an edition is not whole (a cell untranslated, stale or changing code)."""
+    from devkit import editions
+    from devkit.lab import project_dir
+
+    root = project_dir()
+    if args.draft:
+        print(f"wrote {editions.draft(root, args.draft).relative_to(root)}")
+        return 0
+    builds = editions.build_all(root)
+    for name, built in builds.items():
+        print(f"notebooks/zh/{name}.ipynb" + ("" if not built.problems else
+              "  ✗ " + "; ".join(built.problems)))
+    return 1 if any(b.problems for b in builds.values()) else 0
+
+
+def add_editions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = sub.add_parser("editions", help="build the 中文 edition of the notebooks")
+    e.add_argument("--draft", metavar="NAME", help="write NAME's catalogue for a translator")
+    e.set_defaults(func=cmd_editions)
+
+
 # ---------------------------------------------------------------- main
 
 #: Every command, in the order `--help` lists them (the product's among the dev
 #: environment's, as the command always showed them).
 COMMANDS: tuple[product.AddCommand, ...] = (
     add_services, product.add_db, product.add_seed, add_lab, product.add_worker, add_demo,
-    product.add_tasks, add_rules)
+    product.add_tasks, add_rules, add_editions)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,43 @@
+"""The edition's language for what the lab prints (devkit.i18n): chosen by TEAMDESK_LANG,
+else by the notebook's folder (`zh` for the 中文 edition), else English."""
+
+from __future__ import annotations
+
+import pytest
+
+from devkit import i18n
+from labs import learn
+
+
+@pytest.mark.parametrize(("env", "folder", "expected"), [
+    ("", "notebooks", "en"), ("", "zh", "zh"), ("en", "zh", "en"), ("zh", "notebooks", "zh"),
+    ("ZH", "x", "zh"), ("fr", "zh", "zh"), ("fr", "x", "en")])
+def test_the_language_comes_from_the_env_then_the_folder(env, folder, expected, tmp_path,
+                                                         monkeypatch):
+    (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / folder)
+    monkeypatch.setenv("TEAMDESK_LANG", env)
+    assert i18n.lang() == expected
+
+
+def test_feedback_speaks_the_editions_language(monkeypatch, capsys):
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert learn.reveal(2, 2) and not learn.reveal(None, 1)
+    assert not learn.check(3, lambda a: "差一点", holds="成立")
+    out = capsys.readouterr().out
+    assert "猜对了：2" in out and "没有写猜测" in out and "✗ 还不对：差一点" in out
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    learn.reveal(1, 2)
+    assert "You guessed 1; what happened: 2." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"LANG": "zh_CN.UTF-8"}, "zh"), ({"LANG": "en_US.UTF-8"}, "en"),
+    ({"LC_ALL": "zh_TW.UTF-8", "LANG": "en_US.UTF-8"}, "zh"),
+    ({"LC_ALL": "C", "LANG": "zh_CN.UTF-8"}, "zh"), ({"LANG": "de_DE.UTF-8"}, "en")])
+def test_the_lab_opens_the_edition_of_the_system_locale(env, expected, monkeypatch):
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert i18n.system_lang() == expected
