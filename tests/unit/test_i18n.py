@@ -41,3 +41,20 @@ def test_the_lab_opens_the_edition_of_the_system_locale(env, expected, monkeypat
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert i18n.system_lang() == expected
+
+
+def test_a_board_reads_in_the_editions_language_but_keeps_its_values(monkeypatch):
+    """Display only: the 中文 edition shows Chinese headers and verdicts, while the frame
+    keeps the English values a check cell (the same code in both editions) asserts on."""
+    import pandas as pd
+
+    from labs import tables
+
+    shown = tables.show(pd.DataFrame({"task_id": ["T1"], "status": [None],
+                                      "verdict": [tables.QUEUE_BEHIND]}))
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert "队列落后" in repr(shown) and "判定" in shown._repr_html_()
+    assert shown["verdict"].tolist() == ["queue behind"] and "WAITING" not in repr(shown)
+    assert set(tables.VERDICTS) <= set(tables.ZH_VERDICTS)
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    assert "queue behind" in repr(shown) and "判定" not in repr(shown)
