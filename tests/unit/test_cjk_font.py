@@ -86,3 +86,21 @@ def test_a_swimlane_with_chinese_text_renders_every_glyph(rc):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         history.plot(title="账本与队列").savefig(io.BytesIO(), format="png")
+
+
+def test_the_swimlane_legend_speaks_the_editions_language(rc, monkeypatch):
+    """中文 edition: the legend and axis are Chinese, drawn without a missing glyph."""
+    from labs.history import History
+
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    history = History(start=0.0)
+    history.add(actor="A", type="invoke", op="claim", task_id="T1", run=0, t=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = history.plot()
+        fig.savefig(io.BytesIO(), format="png")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "认领：取得租约，新的 En（P2）" in texts
+    assert ax.get_legend().get_title().get_text() == "图例"
+    assert ax.get_title() == "历史：1 步"
