@@ -58,3 +58,16 @@ def test_a_board_reads_in_the_editions_language_but_keeps_its_values(monkeypatch
     assert set(tables.VERDICTS) <= set(tables.ZH_VERDICTS)
     monkeypatch.setenv("TEAMDESK_LANG", "en")
     assert "queue behind" in repr(shown) and "判定" not in repr(shown)
+
+
+async def test_a_bounded_wait_that_ran_out_says_so_in_the_editions_language(monkeypatch):
+    """A gate that is never reached: the error is one line in the edition's language."""
+    from labs.gates import Gate, GateTimeout
+
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    gate = Gate("claim.after", timeout=0.01)
+    try:
+        with pytest.raises(GateTimeout, match="秒内一直没有执行者到达"):
+            await gate.reached()
+    finally:
+        gate.close()
