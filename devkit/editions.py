@@ -11,9 +11,11 @@ notebook and a translation catalogue, so the two cannot drift.
       ## 23 · 事务待投递箱
       …the cell's Chinese text…
 
-  A markdown cell is translated whole. A code cell with comments is given whole too, and
-  must be the same code: its tokens without the comments, and its `# step:` lines (read
-  by `labs.stage`), equal the English cell's. A marker ending in ` todo` is a draft.
+  A markdown cell is translated whole. A code cell with comments or messages to the
+  learner (the `why=` / `holds=` of `labs.learn`, a `*_HOLDS` constant, a check's reason:
+  `MESSAGE_KEYWORDS`) is given whole too, and must be the same code: its syntax tree with
+  the messages' text blanked, and its `# step:` lines (read by `labs.stage`), equal the
+  English cell's. A marker ending in ` todo` is a draft.
 - The **edition** is `notebooks/zh/NAME.ipynb`, written by `build_all`: the source's cells,
   ids, tags, metadata and order, with the translated sources, and no outputs (it is
   executed top to bottom by the test command, not compared). Committed, so it can be
@@ -27,6 +29,7 @@ fingerprint, missing ones filled with the English and marked ` todo`.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
@@ -60,25 +63,73 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def code_skeleton(source: str) -> tuple[list[str], list[str]]:
-    """The code of a cell without its comments (its tokens; for a cell Python's tokenizer
-    cannot read, e.g. a shell escape, its lines with `#…` cut), and its `# step:` lines."""
-    steps = _STEP.findall(source)
+#: Where a code cell speaks to the learner, so a translation may change the text: the
+#: `why=` / `holds=` of `labs.learn`, a constant named `*_HOLDS` / `*_WHY`, and the reason
+#: a check's `ok` function returns (`learn.check(answer, lambda a: … or "reason")`).
+MESSAGE_KEYWORDS = frozenset({"why", "holds"})
+_MESSAGE_NAME = re.compile(r"_(HOLDS|WHY)$")
+_MESSAGE = "<message>"
+
+
+def _parse(source: str) -> ast.Module | None:
+    """The cell as Python (top-level `await` allowed), or None for one Python cannot read
+    (a `%magic` or `!shell` line)."""
     try:
-        tokens = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                  if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE,
-                                    tokenize.ENDMARKER)]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        tokens = [line.split("#", 1)[0].rstrip() for line in source.splitlines()]
-    return tokens, steps
+        return compile(source, "<cell>", "exec",
+                       flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError:
+        return None
+
+
+def _messages(tree: ast.AST) -> list[ast.expr]:
+    """The expressions of `tree` that are messages to the learner (`MESSAGE_KEYWORDS`)."""
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg in MESSAGE_KEYWORDS:
+            found.append(node.value)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and _MESSAGE_NAME.search(t.id) for t in node.targets):
+            found.append(node.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "check" and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Lambda)):
+            found.extend(n for n in ast.walk(node.args[1].body)
+                         if isinstance(n, ast.Constant | ast.JoinedStr))
+    return [n for n in found if isinstance(n, ast.Constant | ast.JoinedStr)
+            and (not isinstance(n, ast.Constant) or isinstance(n.value, str))]
+
+
+class _Blank(ast.NodeTransformer):
+    def __init__(self, nodes: list[ast.expr]) -> None:
+        self.ids = {id(n) for n in nodes}
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if id(node) in self.ids:
+            return ast.Constant(_MESSAGE)
+        return super().visit(node)
+
+
+def code_skeleton(source: str) -> tuple[str, list[str]]:
+    """The code of a cell without what a translation may change — its comments and the
+    text of its messages (`MESSAGE_KEYWORDS`) — and its `# step:` lines. For a cell
+    Python cannot parse, its lines with `#…` cut."""
+    steps = _STEP.findall(source)
+    tree = _parse(source)
+    if tree is None:
+        return "\n".join(line.split("#", 1)[0].rstrip() for line in source.splitlines()), steps
+    return ast.dump(_Blank(_messages(tree)).visit(tree)), steps
 
 
 def translatable(cell: dict[str, Any]) -> bool:
-    """A markdown cell with text, or a code cell with a comment in prose (`_prose`)."""
+    """A markdown cell with text, or a code cell with a comment in prose (`_prose`) or a
+    message to the learner (`_messages`)."""
     text = _source(cell)
     if cell.get("cell_type") == "markdown":
         return bool(text.strip())
-    return cell.get("cell_type") == "code" and "#" in text and _has_comment(text)
+    if cell.get("cell_type") != "code":
+        return False
+    tree = _parse(text)
+    return _has_comment(text) or (tree is not None and bool(_messages(tree)))
 
 
 def _prose(comment: str) -> bool:

@@ -127,3 +127,19 @@ def test_draft_keeps_fresh_translations_and_marks_the_rest(tmp_path):
     assert set(entries) == {"m1", "c1"}
     assert (entries["m1"].text, entries["m1"].todo) == ("## 标题", False)
     assert entries["c1"].todo and "the answer" in entries["c1"].text
+
+
+@pytest.mark.parametrize(("english", "chinese", "same"), [
+    ('learn.reveal(g, n, why="The request only wrote the ledger row.")',
+     'learn.reveal(g, n, why="申请只写了账本那一行。")', True),
+    ('X_HOLDS = "the CSV holds the closed tickets"', 'X_HOLDS = "CSV 恰好是已关闭的工单"', True),
+    ('learn.check(a, lambda n: n == k or "not the number", holds=X_HOLDS)',
+     'learn.check(a, lambda n: n == k or "数量不对", holds=X_HOLDS)', True),
+    ('await lab.request_export({"status": ["CLOSED"]})',
+     'await lab.request_export({"status": ["已关闭"]})', False),
+    ('print("the ledger row")', 'print("账本那一行")', False),
+    ('learn.reveal(g, n, why="x")', 'learn.reveal(g, m, why="x")', False)])
+def test_a_translation_may_change_messages_and_comments_only(english, chinese, same):
+    """Messages to the learner (why=, holds=, *_HOLDS, a check's reason) are prose; every
+    other string is code — a filter value, a printed line — and must stay as it is."""
+    assert (editions.code_skeleton(english) == editions.code_skeleton(chinese)) is same
