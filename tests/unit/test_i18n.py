@@ -41,3 +41,12 @@ def test_the_lab_opens_the_edition_of_the_system_locale(env, expected, monkeypat
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert i18n.system_lang() == expected
+
+
+def test_say_speaks_the_language_it_is_told_over_the_editions(monkeypatch):
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert i18n.say("code", "代码") == "代码"
+    assert i18n.say("code", "代码", lang="en") == "code"
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    assert i18n.say("code", "代码", lang="zh") == "代码"
+    assert i18n.say("code", "代码", lang=None) == "code"
