@@ -33,9 +33,13 @@ def lang() -> str:
     return "zh" if Path.cwd().name == "zh" else "en"
 
 
-def say(en: str, zh: str) -> str:
-    """`zh` in the 中文 edition, else `en` (the two written side by side at the call)."""
-    return zh if lang() == "zh" else en
+_edition = lang  # `say`'s own `lang` parameter shadows the function's name
+
+
+def say(en: str, zh: str, *, lang: str | None = None) -> str:
+    """`zh` in the 中文 edition, else `en` (the two written side by side at the call);
+    `lang="zh"|"en"` chooses instead of the edition (a caller told which one to speak)."""
+    return zh if (lang or _edition()) == "zh" else en
 
 
 def system_lang() -> str:

@@ -71,3 +71,12 @@ async def test_a_bounded_wait_that_ran_out_says_so_in_the_editions_language(monk
             await gate.reached()
     finally:
         gate.close()
+
+
+def test_say_speaks_the_language_it_is_told_over_the_editions(monkeypatch):
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert i18n.say("code", "代码") == "代码"
+    assert i18n.say("code", "代码", lang="en") == "code"
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    assert i18n.say("code", "代码", lang="zh") == "代码"
+    assert i18n.say("code", "代码", lang=None) == "code"
