@@ -116,3 +116,33 @@ async def test_26b_a_test_that_hangs_or_keeps_its_gates_is_rejected(service_sett
     assert not held.ok and held.product.outcome == "passed"
     assert held.product.held == ["claim.after for B"], str(held)
     assert "release gates in finally" in str(held)
+
+
+NB_25 = "25-exports.ipynb"
+
+
+async def test_25_narrower_task_judge_rejects_the_starter_and_accepts_the_solution(
+        service_settings):
+    """X1, R4, P8: in notebook 25's world (limit 30, 31 Webhook tickets), the starter — the
+    filters a retry keeps — is refused by the request; the solution runs to COMPLETED with
+    the rows it means; an invalid status and a filter that matches nothing are rejected."""
+    from labs.lab import Lab
+    from labs.scenes import ch25
+    from tests.labs.test_exercises import _assigned
+
+    starter = _assigned(NB_25, "exercise", "my_filters")
+    solution = _assigned(NB_25, "solution", "solution_filters")
+    async with Lab.open("t25", settings=service_settings, export_limit=30) as lab:
+        for i in range(3):  # as §4 does: the Webhook tickets grow past the limit
+            await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
+        bad = await ch25.judge_narrowed(lab, starter)
+        assert not bad.ok and "ExportTooLarge" in bad.text, bad.text
+        good = await ch25.judge_narrowed(lab, solution)
+        assert good.ok and "COMPLETED" in good.text, good.text
+        invalid = await ch25.judge_narrowed(lab, {"text": "Webhook", "status": ["ARCHIVED"]})
+        assert not invalid.ok and "InvalidFilters" in invalid.text, invalid.text
+        empty = await ch25.judge_narrowed(lab, {"text": "Webhook", "created_to": "2000-01-01"})
+        assert not empty.ok and "0 rows" in empty.text, empty.text
+        dropped = await ch25.judge_narrowed(lab, {"status": ["OPEN"]})
+        assert not dropped.ok and "keep Ben's wish" in dropped.text
+        await lab.stop_workers()
