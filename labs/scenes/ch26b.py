@@ -315,7 +315,8 @@ def _first_line(err: BaseException) -> str:
     if not text:
         frames = traceback.extract_tb(err.__traceback__)
         text = f"at `{frames[-1].line}`" if frames and frames[-1].line else "(no message)"
-    return f"{type(err).__name__}: {text}"[:160]
+    line = f"{type(err).__name__}: {text}"
+    return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
 
 
 def _is_a_wait(err: AssertionError) -> bool:
