@@ -146,3 +146,22 @@ async def test_25_narrower_task_judge_rejects_the_starter_and_accepts_the_soluti
         dropped = await ch25.judge_narrowed(lab, {"status": ["OPEN"]})
         assert not dropped.ok and "keep Ben's wish" in dropped.text
         await lab.stop_workers()
+
+
+def test_26a_attempt_times_measure_the_wait_from_each_failure_to_the_next_start():
+    """Q1: the backoff is the time from a failed attempt to the next one's start, read from
+    the worker's own `active` / `failed` events (the timeline 26a §2 plots)."""
+    from types import SimpleNamespace
+
+    from labs.recorder import Recorder
+    from labs.scenes import ch26a
+
+    rec = Recorder()
+    for kind, t in [("active", 10.0), ("failed", 10.1), ("active", 12.1), ("failed", 12.2),
+                    ("active", 16.2), ("failed", 16.3)]:
+        rec(kind, {"job_id": "T-0"})
+        rec.events[-1]["t"] = t
+    rows = ch26a.attempt_times(SimpleNamespace(recorder=rec), "T-0")
+    assert [r["waited"] for r in rows] == [None, 2.0, 4.0]
+    assert [r["started"] for r in rows] == [0.0, 2.1, 6.2]
+    assert ch26a.plot_attempts(rows, title="t").axes  # it draws
