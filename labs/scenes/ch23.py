@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from labs import private_redis, tables
 from labs.cases import CaseSpec
@@ -366,19 +366,20 @@ async def _stage_waiting_dispatched(lab: Any) -> str:
 
 
 async def _stage_orphan_job(lab: Any) -> str:
-    """A job of an older run: an export rejected for good (a permanent rejection raised at
-    the real read by a fault, P8), retried by Ben (R2: run 1), dispatched and completed
-    by a worker; the failed record of run 0 is still in the queue (Q1 keeps it)."""
-    from teamdesk.tasks.errors import RejectReason, TaskRejected
-
-    task = await lab.request_export({"status": ["CLOSED"], "priority": ["LOW"]})
-    lab.fault("export.after_read", TaskRejected(RejectReason.TOO_LARGE, "staged"),
-              when=lambda ctx: ctx["task_id"] == task.id)
-    await lab.start_worker("C")
+    """A job of an older run, staged for real: the lab's workers are stopped; worker C,
+    started with an export limit of 1, rejects an export of many tickets for good (X1, P8:
+    FAILED, its job `<task>-0` failed); the limit is raised (C again, with the product's
+    limit), Ben retries (R2: run 1), a tick adds `<task>-1` and C completes it. The failed
+    record of run 0 is still in the queue (Q1 keeps failed jobs a week)."""
+    task = await lab.request_export({"status": ["OPEN"], "priority": ["LOW"]})
+    old_job = task_job_id(task.id, 0)
+    await lab.stop_workers()  # only C, with its limit, may take run 0
+    await lab.start_worker("C", export_limit=1)
     try:
-        with lab.expect_errors(source="worker failed", job_id=task_job_id(task.id, 0)):
+        with lab.expect_errors(source="worker failed", job_id=old_job):
             await lab.dispatch()
-            await lab.wait_for("failed", job_id=task_job_id(task.id, 0), timeout=T)
+            await lab.wait_for("failed", job_id=old_job, timeout=T)
+        await lab.start_worker("C")  # the limit raised: C again, with the product's
         await lab.retry(task.id, user="ben")
         await lab.dispatch()
         await lab.wait_for("completed", job_id=task_job_id(task.id, 1), timeout=T)
@@ -423,3 +424,40 @@ CASES = {
             "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "
             "job: nothing in the ledger's current run points at it."),
 }
+
+
+# ------------------------------------------------------------ §3: the scan's fairness (D1)
+
+async def reminders_due_tomorrow(lab: Any, n: int) -> list[BackgroundTask]:
+    """`n` tickets due tomorrow, each with its REMINDER task (O3), all dispatched by real
+    ticks (as delayed jobs, D2) and then aged 31 s (clock compression): every one of them
+    is due for the 30 s re-check (D1) when the next row arrives."""
+    due = datetime.now(UTC) + timedelta(days=1)
+    tasks = [(await lab.create_ticket(f"Follow-up {i}", actor="eve", due_at=due))[1]
+             for i in range(1, n + 1)]
+    while (await lab.dispatch()).scanned:  # the scan of `dispatch_batch_size` rows each
+        pass
+    for task in tasks:
+        await lab.age(task.id, 31)
+    return tasks
+
+
+#: The D1 scan without `NULLS FIRST`: PostgreSQL sorts NULL last in an ascending order,
+#: so never-dispatched rows would queue behind every row due for a re-check.
+_WITHOUT_NULLS_FIRST = text("""
+SELECT id FROM background_tasks
+ WHERE status = 'WAITING'
+   AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :age_s))
+ ORDER BY dispatched_at ASC, run_at ASC
+ LIMIT :limit""")
+
+
+async def without_nulls_first(lab: Any, names: Names) -> list[str]:
+    """Which rows a scan ordered `dispatched_at ASC, run_at ASC` — without `NULLS FIRST` —
+    would pick now, by name: the counterfactual of the book's fairness argument (a read,
+    nothing enqueued)."""
+    async with lab.sessions() as s:
+        rows = await s.execute(_WITHOUT_NULLS_FIRST, {
+            "age_s": float(lab.settings.redispatch_age_s),
+            "limit": lab.settings.dispatch_batch_size})
+        return [names.of(r.id) for r in rows]
