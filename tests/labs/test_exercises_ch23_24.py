@@ -105,3 +105,47 @@ def test_the_exercise_helpers_read_the_notebooks():
                  "".join(c["source"])]
     assert starter.index("mark_dispatched") < starter.index("add_job")
     assert _assigned("23-outbox.ipynb", "exercise", "my_cause") is None
+
+
+async def test_24_stale_check_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """M1, O3, P10: run by the real processor and REMINDER executor with the learner's
+    check (`TaskContext.stale_check`), the starter (closed tickets only) reminds for a
+    moved and a cleared due date; the solution (the revision) sends only the current one."""
+    from labs.scenes import ch24
+
+    starter = _defined("24-reminders.ipynb", "exercise", "my_stale_reason")
+    solution = _defined("24-reminders.ipynb", "solution", "solution_stale_reason")
+    bad = await ch24.judge_stale(lab, starter)
+    good = await ch24.judge_stale(lab, solution)
+    assert not bad.ok and bad.right == 2, str(bad)
+    assert good.ok and good.right == 4, str(good)
+    always = await ch24.judge_stale(lab, lambda task, ticket: None)
+    assert not always.ok and always.right == 1, str(always)
+
+
+def test_24_starter_does_not_hold_the_answer():
+    """The starter never compares revisions: that is what the learner writes (O3)."""
+    cells = json.loads((NOTEBOOKS / "24-reminders.ipynb").read_text(encoding="utf-8"))["cells"]
+    [starter] = ["".join(c["source"]) for c in cells
+                 if "exercise" in c["metadata"].get("tags", [])
+                 and "my_stale_reason" in "".join(c["source"])]
+    assert "revision" not in starter
+
+
+async def test_stale_check_seam_defaults_to_the_products_check(lab):
+    """M1: `TaskContext.stale_check` None is the product's `stale_reason`: a superseded
+    reminder run by the real processor with a plain context completes as a no-op."""
+    from datetime import UTC, datetime
+
+    from labs.scenes.ch26a import StandInJob
+    from teamdesk.tasks.context import TaskContext
+    from teamdesk.tasks.processor import process_task
+
+    ctx = TaskContext(settings=lab.settings, actor="J")
+    assert ctx.stale_check is None
+    ticket, old = await lab.create_ticket("Seam default", due_at=datetime.now(UTC))
+    await lab.set_due_date(ticket.id, datetime.now(UTC))
+    await process_task(StandInJob(old.id), None, ctx)
+    row = await lab.task(old.id)
+    assert row.status == "COMPLETED"
+    assert row.result_summary.startswith("No reminder sent: superseded")
