@@ -2,9 +2,19 @@
 
 What the notebook needs to *look at* a scene — which rows a scan would pick, the outbox
 rows of a request as a table, what is left of a request that failed, which tickets an
-export should contain, whether a WAITING row is stuck — but a learner need not read to
-follow the chapter. The scenes themselves (the two wrong orders, the gates, the outage)
-stay in the cells.
+export should contain — and the machinery of its exercises and scenes, which a learner
+need not read to follow the chapter:
+
+- 练习 A's judge (`judge_order`): the learner's steps for one WAITING row, run with the
+  product's own add and mark (`Steps`: `dispatcher.add_job`, `dispatcher.mark_dispatched`)
+  with Redis up and during a real outage of a Redis server of its own (D2, D3, D8);
+- the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
+  D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `without_nulls_first`, D1);
+- the diagnosis cases `CASES` (`labs.cases`): "waiting-dispatched" (练习 C) and
+  "orphan-job" (练习 D), each staged by the real system;
+- `window`: one scene's rows of the lab's history, for its swimlane.
+
+The scenes themselves (the two wrong orders, the gates, the outage) stay in the cells.
 """
 
 from __future__ import annotations
@@ -27,10 +37,7 @@ from teamdesk.tasks import dispatcher
 from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.dispatcher import scan_query
 from teamdesk.tasks.ledger import Ledger
-from teamdesk.tasks.queue import job_states, task_job_id
-
-#: Job states in which a queued job will still run (D4's "refresh only" branch).
-QUEUED = ("waiting", "delayed", "active", "prioritized", "waiting-children")
+from teamdesk.tasks.queue import task_job_id
 
 
 async def scan_preview(lab: Any, names: Names, *, limit: int | None = None,
@@ -93,27 +100,6 @@ async def matching_ticket_ids(lab: Any, status: TicketStatus,
         return list((await s.scalars(select(Ticket.id).where(
             Ticket.team_id == lab.team, Ticket.status == status, Ticket.priority == priority,
             Ticket.deleted_at.is_(None)).order_by(Ticket.id))).all())
-
-
-async def diagnose(lab: Any, task: Any) -> str:
-    """Exercise C: is a WAITING row with `dispatched_at` set stuck? Asks the queue, not
-    `dispatched_at` alone (D1: it is the last enqueue *check*, not "sent"; D4)."""
-    row = await lab.task(task.id)
-    [state] = await job_states(lab.queue, [task_job_id(row.id, row.run)])
-    if row.status != "WAITING" or row.dispatched_at is None:
-        return f"{row.status}, dispatched_at {row.dispatched_at and 'set'}: not this question"
-    if state in QUEUED:
-        return f"not stuck: its job is {state}"
-    return "queue behind, its job is gone"
-
-
-def r1_repaired(report: Any, diagnosis: str) -> bool | str:
-    """Exercise C's judge: the learner's tick (`report`, a DispatchReport) enqueued
-    something, and `diagnosis` (from `diagnose`, after that tick) says r1 is not stuck.
-    A string says what is missing (D1: only a check older than 30 s is re-checked)."""
-    if getattr(report, "added", 0) + getattr(report, "refreshed", 0) < 1:
-        return "that tick enqueued nothing: was r1's dispatched_at more than 30 s old?"
-    return diagnosis.startswith("not stuck") or f"r1 says: {diagnosis}"
 
 
 # ------------------------------------------------------------ 练习 A: one row's step order
@@ -350,8 +336,16 @@ def window(lab: Any, start: int, end: int | None = None) -> History:
     """The lab's history rows from position `start` (to `end`) as a history of their own,
     for a swimlane of one scene (`window(lab, mark).plot(...)`)."""
     part = History(start=lab.history.start)
-    part.rows = list(lab.history.rows[start:end])
+    part.rows = [_dispatcher_gate(r) for r in lab.history.rows[start:end]]
     return part
+
+
+def _dispatcher_gate(row: dict[str, Any]) -> dict[str, Any]:
+    """A gate at a `dispatch.*` probe holds the dispatcher, whose probes carry no actor:
+    put its pause and release in the dispatcher's lane instead of an unnamed one."""
+    if row["actor"] == "?" and row["op"] == "gate" and " at dispatch." in row["detail"]:
+        return {**row, "actor": "dispatcher", "process": "dispatcher"}
+    return row
 
 
 # ------------------------------------------------------------ diagnosis cases (labs.cases)
