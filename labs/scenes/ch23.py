@@ -424,15 +424,17 @@ CASES = {
 
 async def reminders_due_tomorrow(lab: Any, n: int) -> list[BackgroundTask]:
     """`n` tickets due tomorrow, each with its REMINDER task (O3), all dispatched by real
-    ticks (as delayed jobs, D2) and then aged 31 s (clock compression): every one of them
-    is due for the 30 s re-check (D1) when the next row arrives."""
+    ticks (as delayed jobs, D2) and then aged 31 s or more (clock compression): every one
+    of them is due for the 30 s re-check (D1) when the next row arrives. The first is
+    aged a second more than the second, and so on, so the scans' order among them is
+    fixed (a tick marks its rows with one `now()`: ties)."""
     due = datetime.now(UTC) + timedelta(days=1)
     tasks = [(await lab.create_ticket(f"Follow-up {i}", actor="eve", due_at=due))[1]
              for i in range(1, n + 1)]
     while (await lab.dispatch()).scanned:  # the scan of `dispatch_batch_size` rows each
         pass
-    for task in tasks:
-        await lab.age(task.id, 31)
+    for i, task in enumerate(tasks):
+        await lab.age(task.id, 31 + len(tasks) - i)
     return tasks
 
 
@@ -442,7 +444,7 @@ _WITHOUT_NULLS_FIRST = text("""
 SELECT id FROM background_tasks
  WHERE status = 'WAITING'
    AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :age_s))
- ORDER BY dispatched_at ASC, run_at ASC
+ ORDER BY dispatched_at ASC, run_at ASC, id
  LIMIT :limit""")
 
 
