@@ -198,7 +198,7 @@ async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
     if not inspect.iscoroutinefunction(fn):
         return "✗ write it as `async def my_dispatch_one(row, steps): ...` (the steps are awaited)"
     verdict = OrderVerdict()
-    lab = await Lab.open("23-order-judge", settings=settings, tickets=20, private_redis=True)
+    lab = await Lab.open("23-order-judge", settings=settings, tickets=10, private_redis=True)
     try:
         async with Ledger(lab.settings.database_url).connection() as conn:
             steps = Steps(lab.queue, lab.settings, conn)
