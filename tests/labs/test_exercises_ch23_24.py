@@ -149,3 +149,32 @@ async def test_stale_check_seam_defaults_to_the_products_check(lab):
     row = await lab.task(old.id)
     assert row.status == "COMPLETED"
     assert row.result_summary.startswith("No reminder sent: superseded")
+
+
+async def test_add_job_and_mark_dispatched_are_the_ticks_own_steps(lab):
+    """D2, D3: the two public steps do what a tick does for one row — the job
+    `<id>-<run>` with the scan's delay (a reminder due tomorrow: delayed), then the mark,
+    which matches the WAITING row once and a COMPLETED row never."""
+    from datetime import UTC, datetime, timedelta
+
+    from teamdesk.tasks import dispatcher
+    from teamdesk.tasks.ledger import Ledger
+
+    _ticket, task = await lab.create_ticket("Steps", due_at=datetime.now(UTC) + timedelta(days=1))
+    async with Ledger(lab.settings.database_url).connection() as conn:
+        [row] = [r for r in await dispatcher.scan(conn, lab.settings) if r.id == task.id]
+        await dispatcher.add_job(lab.queue, lab.settings, row)
+        job = await lab.job(task.id)
+        assert job.id == f"{task.id}-0" and await job.getState() == "delayed"
+        assert job.data == {"taskId": task.id, "run": 0} and job.delay == row.delay_ms
+        assert (await lab.task(task.id)).dispatched_at is None  # the add alone marks nothing
+        assert await dispatcher.mark_dispatched(conn, [row]) == 1
+        assert (await lab.task(task.id)).dispatched_at is not None
+
+        export = await lab.request_export({"status": ["OPEN"]})
+        [done] = [r for r in await dispatcher.scan(conn, lab.settings) if r.id == export.id]
+        await dispatcher.add_job(lab.queue, lab.settings, done)
+        await lab.start_worker("W")
+        await lab.wait_for("completed", task_id=export.id)
+        assert await dispatcher.mark_dispatched(conn, [done]) == 0  # never turned back
+        assert (await lab.task(export.id)).dispatched_at is None
