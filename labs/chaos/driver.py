@@ -165,19 +165,22 @@ class Driver:
         self.report.struck_running[ev.kind] += 1 if on_running else 0
         return strike
 
-    async def _until_lease_replaced(self, held: Held, strike: Strike, timeout: float) -> None:
+    async def _until_lease_replaced(self, held: Held, strike: Strike, timeout: float, *,
+                                    cleared_will_do: bool = False) -> None:
         """Before letting a held executor go on: wait (bounded) until a newer execution
         has claimed its task — after a stall, or after a D6 recovery and a re-dispatch —
         so its next fenced write meets a newer lease and must match nothing (P3, P6).
         The bound only detects a takeover that never came. `strike.lease_after` says
         what it found: "taken over", "cleared" (recovered by D6, not claimed again yet)
-        or "kept"."""
+        or "kept". With `cleared_will_do` a D6 recovery is enough: the lease is gone
+        all the same, and the executor's next write must match nothing."""
         deadline = time.monotonic() + timeout
         while True:
             state = await self.lease(held.task_id)
             newer = state is None or state[0] not in ("RUNNING", "WAITING") or (
                 state[1] is not None and state[1] != held.execution_id)
-            if newer or time.monotonic() > deadline:
+            cleared = state == ("WAITING", None)
+            if newer or (cleared and cleared_will_do) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.05)  # poll interval of an external state
         strike.lease_after = ("taken over" if newer else
@@ -230,7 +233,8 @@ class Driver:
             self.note(f"redis started again (empty); unavailable for "
                       f"{self.now() - started:.2f} s")
             if held is not None:
-                await self._until_lease_replaced(held, strike, _SERVER_HOLD_S)
+                await self._until_lease_replaced(held, strike, _SERVER_HOLD_S,
+                                                 cleared_will_do=True)
                 self._let_go(held)
                 self.note(f"released {held.worker}'s executor of {held.task_id}; its lease "
                           f"was {strike.lease_after}")

@@ -5,6 +5,7 @@ history, stage the diagnosis case, and check the clean-up.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -12,8 +13,22 @@ import pandas as pd
 import psutil
 
 from labs.cases import CaseSpec
-from labs.chaos import ChaosReport, Invariant
+from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant
 from labs.lab import STUCK, WATCHFUL
+
+__all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "clobbered_ids",
+           "judge_invariant", "recover", "task_history", "worker_children"]
+
+#: The product's run of the notebook: two workers, 60 tasks, 6 s of faults whose seeded
+#: schedule (seed 18) puts a SIGSTOP, a cut, a SIGKILL and a Redis restart on exports held
+#: in flight; the Redis restart last, so its wait for D6 holds up no other fault.
+CONFIG = ChaosConfig(seed=18, workers=2, tasks=60, duration=6.0, upfront=0.2, waves=6,
+                     kinds=("sigkill", "sigstop", "redis", "cut"), settle=30.0,
+                     export_tickets=200)
+#: The counterexample's run: the same seed, one SIGSTOP on a held export in a shorter
+#: window (one takeover is all it needs), the export's writes by `task_id + run`.
+CX_CONFIG = dataclasses.replace(CONFIG, tasks=24, duration=2.0, waves=3, kinds=("sigstop",),
+                                counterexample="lease-less-export")
 
 #: What a learner's invariant is: (ledger rows, history) → ids of the tasks it names.
 InvariantFn = Callable[[dict[str, dict[str, Any]], list[Any]], Any]
