@@ -40,7 +40,7 @@ class ChaosConfig:
     #: How long a process or link fault waits for its worker to hold an export between
     #: two batches (`labs.chaos.holds`) before it strikes anyway; a server fault (Redis)
     #: waits for any worker. A bound on a sync point, not a way to order events.
-    hold_wait: float = 4.0
+    hold_wait: float = 5.0
 
     def check(self) -> None:
         """Refuse an unknown counterexample before anything runs."""

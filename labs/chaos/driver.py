@@ -124,6 +124,13 @@ class Driver:
         holding one for an earlier fault is struck as it is (that hold is borrowed, and
         its owner releases it). On exit every hold of this fault is disarmed, and
         released if still held (the strike may release earlier)."""
+        deadline = time.monotonic() + self.config.hold_wait
+        def armed_elsewhere() -> bool:
+            return any(i in self.holding and self.holding[i] is None for i in workers)
+
+        while armed_elsewhere() and time.monotonic() < deadline:  # noqa: ASYNC110
+            # Armed for an earlier fault, not holding yet: wait for that hold to share it.
+            await asyncio.sleep(0.02)  # poll interval of the earlier fault's state
         borrowed = next((h for i in workers if isinstance(h := self.holding.get(i), Held)),
                         None)
         if borrowed is not None:

@@ -91,7 +91,7 @@ async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(
     """P3, P6, D6: ≥ 3 faults struck an export its worker held RUNNING, the queue saw
     stalls, executors met LeaseLost, and still no invariant broke (no clobber either)."""
     r = product_run
-    assert r.conclusive and r.stalls > 0, r.verdict()
+    assert r.conclusive and r.stalls > 0, (r.verdict(), r.strike_rows(), r.notes)
     assert r.settled and r.violations == [], r.violations
     assert all(s.task_id for s in r.strikes if s.on_running)
     assert any(s.lease_after in ("taken over", "cleared") for s in r.strikes), r.strikes
