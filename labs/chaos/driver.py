@@ -348,8 +348,11 @@ class Driver:
             yield None
             return
         async with lock:
-            struck_at = self.now()
+            entered, strikes = self.now(), len(self.report.strikes)
             yield w
+            # The bar starts at the strike (after the wait for a hold), not at the entry.
+            struck_at = next((st.at for st in self.report.strikes[strikes:]
+                              if st.lane == w.name and st.kind == ev.kind), entered)
             self.report.timeline.append((struck_at, self.now(), w.name, ev.kind))
         self.report.executed[ev.kind] += 1
 
