@@ -92,7 +92,11 @@ async def _stage_stall_limit(lab: Any) -> str:
     queue fails the job on its first stall — while the ledger still says RUNNING under
     A's lease. Returns the task id; A is left held at its gate (released at close)."""
     task = await lab.request_export({"status": ["CLOSED"]}, user="ben")
-    gate = lab.gate("export.after_read", actor="A")
+    # Staged again (a cell run twice): the earlier B would take the new job, and the
+    # earlier A's export must not be caught by the new gate.
+    await lab.stop_worker("B")
+    gate = lab.gate("export.after_read", actor="A",
+                    when=lambda ctx: ctx.get("task_id") == task.id)
     await lab.start_worker("A", **STUCK)
     await lab.dispatch()
     await gate.reached()
