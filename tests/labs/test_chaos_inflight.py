@@ -106,3 +106,37 @@ async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(serv
     assert named, r.violations
     assert all(v.invariant is not Invariant.CSV for v in r.violations)  # same lines
     assert all(r.rows[t]["status"] == "COMPLETED" for t in named)
+
+
+async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(settings):
+    """P3: `run_worker_process(fence=...)` is the fence its task worker's fenced writes go
+    through (the seam `labs.counterexample_worker` uses); without one it is the product's
+    `leased_update`. `teamdesk.cli.main(fence=...)` applies to `worker` only."""
+    import signal
+
+    from labs.counterexample_worker import leaseless_export
+    from teamdesk import cli
+    from teamdesk.tasks.lease import leased_update
+    from teamdesk.tasks.runner import run_worker_process
+
+    async def fence_of(**kwargs) -> object:
+        stop, seen = asyncio.Event(), []
+
+        def hook(worker) -> None:
+            seen.append(worker.ctx.fence)
+            stop.set()
+
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            code = await asyncio.wait_for(run_worker_process(
+                settings, name="fence-w", stop=stop, on_worker=hook, **kwargs), 30)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        assert code == 0
+        return seen[0]
+
+    assert await fence_of() is leased_update
+    assert await fence_of(fence=leaseless_export) is leaseless_export
+    with pytest.raises(SystemExit):
+        cli.main(["db"], fence=leaseless_export)
