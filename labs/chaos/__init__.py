@@ -10,6 +10,9 @@ that benchmark, by `tests/integration/test_chaos.py` and by `notebooks/90-chaos.
     report.violations            # typed: Violation(invariant, task_id, text)
     plot_swimlanes(report)       # faults per worker lane, Redis lane, completions
     ChaosConfig(..., counterexample="legacy-failed-listener")  # same seed, W2 broken
+    ChaosConfig(..., counterexample="lease-less-export")  # P3, P5 broken: a clobber
+    report.verdict()             # "conclusive: …" / "inconclusive (…)": struck running work?
+    report.strikes, report.history  # each strike (on a RUNNING task?), each claim/result
 
 One concept per module:
 
