@@ -28,6 +28,7 @@ from teamdesk.errors import TeamDeskError
 from teamdesk.redaction import redact, redact_text
 
 if TYPE_CHECKING:
+    from teamdesk.tasks.lease import Fence
     from teamdesk.tasks.runner import WorkerHook
 
 #: How a command gets its settings with both URLs filled in. The product's own reads the
@@ -178,10 +179,12 @@ def configure_logging(level: str) -> None:
 
 
 def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
-               on_worker: WorkerHook | None = None) -> int:
-    """`teamdesk worker`; `on_worker` goes to `run_worker_process` (`runner.WorkerHook`)."""
+               on_worker: WorkerHook | None = None, fence: Fence | None = None) -> int:
+    """`teamdesk worker`; `on_worker` and `fence` go to `run_worker_process`
+    (`runner.WorkerHook`; the fence of its task worker, P3 — None: the product's)."""
     from redis.exceptions import RedisError
 
+    from teamdesk.tasks.lease import leased_update
     from teamdesk.tasks.runner import run_worker_process
 
     # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
@@ -206,7 +209,7 @@ def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
         if early:
             stop.set()
         return await run_worker_process(settings, name=args.name, stop=stop,
-                                        on_worker=on_worker)
+                                        on_worker=on_worker, fence=fence or leased_update)
 
     configure_logging(args.log_level)
     settings = None
@@ -325,22 +328,24 @@ def build_parser(commands: Sequence[AddCommand] = PRODUCT_COMMANDS, *,
 
 def main(argv: Sequence[str] | None = None, *, commands: Sequence[AddCommand] | None = None,
          description: str | None = None, resolve_settings: SettingsResolver | None = None,
-         on_worker: WorkerHook | None = None) -> int:
+         on_worker: WorkerHook | None = None, fence: Fence | None = None) -> int:
     """The `teamdesk` command. `commands` and `description` make its parser
     (`build_parser`); `resolve_settings` gives each command its servers (default: the
     environment's URLs, `settings_from_env`). `on_worker` applies to `worker` only: a hook
     that sees the process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`);
-    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does."""
+    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does.
+    `fence`, for `worker` only too, is the fence of the process's task worker
+    (`runner.run_worker_process`, P3); None (always, from the command line) is the product's."""
     parser = build_parser(commands or PRODUCT_COMMANDS, description=description)
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)
     if check is not None:
         check(parser, args)
     func = args.func
-    if on_worker is not None:
+    if on_worker is not None or fence is not None:
         if func is not cmd_worker:
-            parser.error("on_worker applies to the `worker` command only")
-        func = functools.partial(cmd_worker, on_worker=on_worker)
+            parser.error("on_worker and fence apply to the `worker` command only")
+        func = functools.partial(cmd_worker, on_worker=on_worker, fence=fence)
     try:
         return func(args, resolve_settings or settings_from_env)
     except (TeamDeskError, ValueError) as err:
