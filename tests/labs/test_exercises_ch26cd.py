@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from labs import counterexamples, tables
-from labs.lab import Lab
 from labs.scenes import ch26c
 from teamdesk.tasks import reminder_effects
 from teamdesk.tasks.lease import Lease, LeaseLost
