@@ -163,6 +163,10 @@ def _draw_leases(ax: Any, lay: _Layout) -> None:
         elif s.ended_by == "error report":
             ax.annotate("released (error reported)", xy=(x1, lane), xytext=(4, -14),
                         textcoords="offset points", fontsize=7, color="#555555")
+        elif s.ended_by == "wiped":
+            ax.annotate(f"{s.label} wiped without a lease", xy=(x1, lane), xytext=(4, -14),
+                        textcoords="offset points", fontsize=7, color=COLOURS["fail"],
+                        gid="wiped")
 
 
 def _legend(ax: Any, with_leases: bool) -> None:

@@ -162,7 +162,10 @@ async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
     is RUNNING under A's lease; the record is lost, A's process goes, two scans recover
     and re-add run 0 (D6, D4), and B claims — held at `claim.after`. Returns the task id,
     B's gate, its context (B's `execution_id`) and, when `legacy`, the retired listener A
-    carried (`LateCallback`, not released yet)."""
+    carried (`LateCallback`, not released yet). Workers A and B of an earlier scene are
+    stopped first, so A takes the job."""
+    await lab.stop_worker("A")
+    await lab.stop_worker("B")
     task = await lab.request_export(filters, user="ben")
     job_id = task_job_id(task.id, 0)
 
@@ -194,6 +197,17 @@ async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
 # from a quiet world: the lab's running workers are stopped first, so only the case's
 # own executors take its job; it leaves none of them running but the hung one of
 # "running-long" (held at its gate until a later case lets it go, or the lab closes).
+
+async def idle_s(lab: Any, task_id: str) -> float:
+    """How long the task's `updated_at` has not moved, in seconds — in the database's
+    clock, the one D6's 120 s threshold is measured in."""
+    from sqlalchemy import text
+
+    async with lab.sessions() as s:
+        return float(await s.scalar(text(
+            "SELECT extract(epoch FROM now() - updated_at) FROM background_tasks "
+            "WHERE id = :id"), {"id": task_id}))
+
 
 async def _quiet(lab: Any) -> None:
     """Stop the lab's workers; an executor a gate still holds (a case's frozen one) is let

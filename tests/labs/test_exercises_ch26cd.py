@@ -10,12 +10,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from labs import counterexamples, tables
 from labs.scenes import ch26c
 from teamdesk.tasks import reminder_effects
 from teamdesk.tasks.lease import Lease, LeaseLost
 from teamdesk.tasks.queue import task_job_id
-from tests.labs.test_exercises import NOTEBOOKS
+from tests.labs.test_exercises import NOTEBOOKS, _assigned
 
 T = 8
 NB_26C = "26c-reminder-commit-gate.ipynb"
@@ -117,3 +119,72 @@ async def test_separate_effects_is_the_books_old_outcome_for_one_actor_only(lab)
                               "event and version written again"]
     switch.off()
     assert lab._fences.active("A") is None
+
+
+# ---------------------------------------------------------------- 26d
+
+NB_26D = "26d-manual-retry-and-recovery.ipynb"
+
+
+@pytest.mark.parametrize(("name", "suffix", "wrong"), [
+    ("fault-a", "a", "new-run-failed"), ("fault-b", "b", "needs-retry"),
+    ("running-long", "c", "slow-export")])
+async def test_26d_cases_are_staged_for_real_and_judged(lab, name, suffix, wrong):
+    """ch. 26 §7: each case is staged by the real system (workers, gates, faults, the
+    dispatcher); the judge accepts the notebook's hidden answer, rejects a wrong cause
+    and a right cause with a wrong rule; the starter is not an attempt."""
+    case = await lab.case(name)
+    row = await tables.row(lab, case.task_id)
+    if name == "fault-a":  # B's run completed; A's lease was lost, quietly
+        assert row["status"] == "COMPLETED"
+        assert any("task.lease_lost" in line for line in case.log)
+        assert len({line.split("execution_id=")[1][:8] for line in case.log
+                    if "task.claimed" in line}) == 2
+    elif name == "fault-b":  # committed, the last report failed
+        assert (row["status"], row["progress"]) == ("COMPLETED", 100) and row["result_csv"]
+        assert case.board.loc[0, "job_progress"] < 100
+        assert any("task.error_unreported" in line for line in case.log)
+    else:  # RUNNING, ten minutes without progress, not recovered
+        assert row["status"] == "RUNNING" and row["execution_id"]
+        from labs.scenes import ch26d
+        assert await ch26d.idle_s(lab, case.task_id) > lab.settings.stale_running_age_s
+    cause = _assigned(NB_26D, "solution", f"solution_cause_{suffix}")
+    rule = _assigned(NB_26D, "solution", f"solution_rule_{suffix}")
+    assert case.judge(cause=cause, rule=rule).ok
+    assert not case.judge(cause=wrong, rule=rule).ok
+    assert not case.judge(cause=cause, rule="O1").ok
+    assert not case.judge(cause=_assigned(NB_26D, "exercise", f"my_cause_{suffix}"),
+                          rule=_assigned(NB_26D, "exercise", f"my_rule_{suffix}")).ok
+    assert len(case.choices) >= 4
+    if name == "running-long":
+        assert (await lab.dispatch()).recovered_stale == 1  # a scan that gets through (D6)
+
+
+@pytest.mark.parametrize("legacy", [True, False])
+async def test_26d_late_failed_callback_live(lab, legacy):
+    """W2, W3, P3 (the book's §7 test 2): the retired listener, run for real on A's
+    worker and held until B claimed E2, wipes E2 (FAILED, execution_id NULL) and B then
+    steps aside; with the product's listeners only, E2 is kept and B completes. The
+    history's lease lane ends E2 at the wipe."""
+    from labs.scenes import ch26d
+
+    task_id, claim_b, b, late = await ch26d.late_failure(
+        lab, legacy=legacy, filters={"priority": ["HIGH"]})
+    assert (late is not None) is legacy
+    if legacy:
+        assert (await tables.row(lab, task_id))["execution_id"] == b["execution_id"]
+        late.release()
+        landed = await late.landed(T)
+        row = await tables.row(lab, task_id)
+        assert landed["rows"] == 1 and (row["status"], row["execution_id"]) == ("FAILED", None)
+    claim_b.release()
+    done = await lab.wait_for("completed", actor="B", job_id=task_job_id(task_id, 0),
+                              timeout=T)
+    row = await tables.row(lab, task_id)
+    spans = ch26d.task_history(lab, task_id).leases()
+    if legacy:
+        assert done["result"] == "lease lost during progress" and row["status"] == "FAILED"
+        assert spans[-1].ended_by == "wiped"
+    else:
+        assert (row["status"], row["progress"]) == ("COMPLETED", 100)
+        assert spans[-1].ended_by == "commit"
