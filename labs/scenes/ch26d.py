@@ -8,6 +8,8 @@ full in §6.1), and Exercise C's rounds — scan, wait, Retry, again — with th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +18,7 @@ from labs.counterexample_worker import legacy_failed_listener
 from labs.history import History
 from labs.names import Names
 from teamdesk.tasks.queue import task_job_id
+from teamdesk.tasks.worker import is_exhausted
 
 T = 8  # seconds: the bound on every wait here, as in the notebook
 
@@ -119,16 +122,22 @@ class LateCallback:
     — the book's *late* callback — and lands in the lab's history (lane "old callback"),
     so the swimlane shows it after the new claim."""
 
-    def __init__(self, lab: Any, actor: str) -> None:
+    def __init__(self, lab: Any, actor: str, body: Callback | None = None) -> None:
         worker = lab.workers[actor]
         self.lab, self.actor = lab, actor
         self._go = asyncio.Event()
         self._landed = asyncio.Event()
-        #: Each write as it landed: task_id, run, last_error, rows (the rows it changed).
+        #: Each write as it landed: task_id, run, last_error, rows (the rows it changed);
+        #: for a `body` of one's own: task_id, run, error (what the body raised, or None).
         self.writes: list[dict[str, Any]] = []
         assert worker.ctx.ledger is not None
-        worker.worker.on("failed", legacy_failed_listener(
-            worker.ctx.ledger, hold=self._go.wait, on_write=self._landed_write))
+        if body is None:
+            listener = legacy_failed_listener(worker.ctx.ledger, hold=self._go.wait,
+                                              on_write=self._landed_write)
+        else:
+            listener = _own_listener(worker.ctx.ledger, body, hold=self._go.wait,
+                                     on_done=self._landed_own)
+        worker.worker.on("failed", listener)
         lab.add_cleanup(self._go.set)  # a held write is let go (and lands) before the drop
 
     def release(self) -> None:
@@ -147,6 +156,46 @@ class LateCallback:
                              detail=f"FAILED by task_id + run, no lease: {write['rows']} row")
         self._landed.set()
 
+    def _landed_own(self, done: dict[str, Any]) -> None:
+        self.writes.append(done)
+        self._landed.set()
+
+
+#: A `failed` callback of one's own (Exercise F): `body(conn, event)` on a connection of
+#: its own, `event` what the queue's failed event carries — task_id, run, error,
+#: exhausted; no execution_id (W2).
+Callback = Callable[[Any, dict[str, Any]], Awaitable[None]]
+
+
+def _own_listener(ledger: Any, body: Callback, *, hold: Callable[[], Awaitable[Any]],
+                  on_done: Callable[[dict[str, Any]], None]) -> Any:
+    """A `failed` listener that runs `body` once the queue gave up on a job (exhausted),
+    after `hold`; what `body` raised is recorded, never raised into the worker."""
+    pending: set[asyncio.Future] = set()
+
+    def on_failed(job: Any, err: BaseException) -> None:
+        if not is_exhausted(job, err):
+            return
+        data = job.data if isinstance(job.data, dict) else {}
+        event = {"task_id": data.get("taskId"), "run": data.get("run"),
+                 "error": f"{type(err).__name__}: {err}", "exhausted": True}
+
+        async def run() -> None:
+            await hold()
+            raised = None
+            try:
+                async with ledger.fresh_connection() as conn:
+                    await body(conn, dict(event))
+            except Exception as e:  # the learner's code: a step of learning, not a crash
+                raised = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            on_done({"task_id": event["task_id"], "run": event["run"], "error": raised})
+
+        fut = asyncio.ensure_future(run())
+        pending.add(fut)
+        fut.add_done_callback(pending.discard)
+
+    return on_failed
+
 
 def task_history(lab: Any, task_id: str) -> History:
     """The lab's history rows of one task only (for a swimlane of one scene)."""
@@ -155,15 +204,9 @@ def task_history(lab: Any, task_id: str) -> History:
     return h
 
 
-async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
-                       ) -> tuple[str, Any, dict[str, Any], LateCallback | None]:
-    """The book's §7 test 2 up to B's claim, in one call: a new export; A's read fails and
-    its error report fails too, so the queue (attempts = 1) fails the job while the ledger
-    is RUNNING under A's lease; the record is lost, A's process goes, two scans recover
-    and re-add run 0 (D6, D4), and B claims — held at `claim.after`. Returns the task id,
-    B's gate, its context (B's `execution_id`) and, when `legacy`, the retired listener A
-    carried (`LateCallback`, not released yet). Workers A and B of an earlier scene are
-    stopped first, so A takes the job."""
+async def _a_fails(lab: Any, filters: dict[str, Any], *, legacy: bool,
+                   body: Callback | None = None) -> tuple[str, LateCallback | None]:
+    """The first half of `late_failure`: up to the two scans that re-add run 0."""
     await lab.stop_worker("A")
     await lab.stop_worker("B")
     task = await lab.request_export(filters, user="ben")
@@ -177,7 +220,7 @@ async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
               when=mine)
     with lab.expect_errors(source="worker failed", job_id=job_id):
         await lab.start_worker("A")
-        late = LateCallback(lab, "A") if legacy else None
+        late = LateCallback(lab, "A", body) if legacy or body is not None else None
         await lab.enqueue(task.id, attempts=1)
         await lab.wait_for("failed", actor="A", job_id=job_id, timeout=T)
     assert await lab.queue.remove(job_id) == 1  # record loss
@@ -185,10 +228,23 @@ async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
     await lab.age(task.id, 121)
     await lab.dispatch()  # D6: back to WAITING
     await lab.dispatch()  # D4: no job: added again
-    claim_b = lab.gate("claim.after", actor="B", when=mine)
+    return task.id, late
+
+
+async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
+                       ) -> tuple[str, Any, dict[str, Any], LateCallback | None]:
+    """The book's §7 test 2 up to B's claim, in one call: a new export; A's read fails and
+    its error report fails too, so the queue (attempts = 1) fails the job while the ledger
+    is RUNNING under A's lease; the record is lost, A's process goes, two scans recover
+    and re-add run 0 (D6, D4), and B claims — held at `claim.after`. Returns the task id,
+    B's gate, its context (B's `execution_id`) and, when `legacy`, the retired listener A
+    carried (`LateCallback`, not released yet). Workers A and B of an earlier scene are
+    stopped first, so A takes the job."""
+    task_id, late = await _a_fails(lab, filters, legacy=legacy)
+    claim_b = lab.gate("claim.after", actor="B", when=lambda c: c["task_id"] == task_id)
     await lab.start_worker("B")
     b = await claim_b.reached(T)
-    return task.id, claim_b, b, late
+    return task_id, claim_b, b, late
 
 
 # ---------------------------------------------------------------- diagnosis cases (§7)
@@ -345,3 +401,89 @@ CASES = {
             "after 120 s without progress, and only in a scan that reaches it (D6, W3) — "
             "this one failed on another task first (D8)."),
 }
+
+
+# ---------------------------------------------------------------- Exercise F: the callback
+
+#: Exercise F's two scenes: when the late callback lands.
+CALLBACK_SCENES = ("after B's claim", "before any claim")
+
+
+@dataclass
+class CallbackVerdict:
+    """What the two real scenes said about a `failed` callback (`judge_callback`)."""
+
+    #: scene → (how the ledger ended, B's result, what the callback raised or None)
+    scenes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return len(self.scenes) == len(CALLBACK_SCENES) and all(
+            status == "COMPLETED" and raised is None for status, _, raised in self.scenes.values())
+
+    def __str__(self) -> str:
+        if self.ok:
+            head = ("✓ your callback never failed a newer execution: in both scenes B's run "
+                    "completed (W2, W3)")
+        elif any(raised for _, _, raised in self.scenes.values()):
+            head = "✗ your callback raised an error (below): a listener must not crash"
+        else:
+            broken = [name for name, (status, _, _) in self.scenes.items()
+                      if status != "COMPLETED"]
+            head = (f"✗ your callback failed a newer execution's run: landing "
+                    f"{' and '.join(broken) or 'before the end'}")
+        lines = [head]
+        for name, (status, result, raised) in self.scenes.items():
+            extra = f", your callback raised {raised}" if raised else ""
+            lines.append(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}")
+        return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
+
+
+async def _callback_scene(lab: Any, body: Callback, scene: str, verdict: CallbackVerdict
+                          ) -> None:
+    task_id, late = await _a_fails(lab, {"priority": ["HIGH"]}, legacy=False, body=body)
+    assert late is not None
+    job_id = task_job_id(task_id, 0)
+    if scene == CALLBACK_SCENES[0]:
+        claim_b = lab.gate("claim.after", actor="B", when=lambda c: c["task_id"] == task_id)
+        await lab.start_worker("B")
+        await claim_b.reached(T)
+        late.release()
+        landed = await late.landed(T)
+        claim_b.release()
+    else:
+        late.release()
+        landed = await late.landed(T)
+        await lab.start_worker("B")
+    done = await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
+    status = (await lab.task(task_id)).status.value
+    verdict.scenes[scene] = (status, str(done["result"]), landed["error"])
+
+
+async def judge_callback(body: Any, *, settings: Any = None) -> CallbackVerdict | str:
+    """Exercise F: run `body` as A's `failed` callback in a lab world of its own, in the
+    book's §7 test 2 (A fails, the record is lost, two scans re-add run 0), landing late
+    twice: after B has claimed E2, and after the re-add but before any claim. A callback
+    that never fails a newer execution lets B complete both (W2, W3)."""
+    import inspect
+
+    from labs.lab import Lab
+
+    if body is None:
+        return "not attempted yet: write your callback into my_on_failed"
+    if not inspect.iscoroutinefunction(body):
+        return "✗ my_on_failed must be an async function: async def my_on_failed(conn, event): …"
+    verdict = CallbackVerdict()
+    lab = await Lab.open("26d-callback-judge", settings=settings, tickets=20)
+    try:
+        with lab.expect_errors():
+            try:
+                for scene in CALLBACK_SCENES:
+                    await _callback_scene(lab, body, scene, verdict)
+            except (AssertionError, TimeoutError) as err:  # a wait ran out
+                verdict.notes.append(f"the run stopped: {type(err).__name__}: "
+                                     f"{(str(err).splitlines() or [''])[0]}")
+    finally:
+        await lab.close(check=False)
+    return verdict
