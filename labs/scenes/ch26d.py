@@ -461,29 +461,27 @@ async def _callback_scene(lab: Any, body: Callback, scene: str, verdict: Callbac
     verdict.scenes[scene] = (status, str(done["result"]), landed["error"])
 
 
-async def judge_callback(body: Any, *, settings: Any = None) -> CallbackVerdict | str:
-    """Exercise F: run `body` as A's `failed` callback in a lab world of its own, in the
-    book's §7 test 2 (A fails, the record is lost, two scans re-add run 0), landing late
+async def judge_callback(lab: Any, body: Any) -> CallbackVerdict | str:
+    """Exercise F: run `body` as A's `failed` callback in `lab`, in the book's §7 test 2
+    (A fails, the record is lost, two scans re-add run 0; `_a_fails`), landing late
     twice: after B has claimed E2, and after the re-add but before any claim. A callback
-    that never fails a newer execution lets B complete both (W2, W3)."""
+    that never fails a newer execution lets B complete both (W2, W3). Each try is two new
+    exports; the lab's workers A and B are replaced, and stopped at the end."""
     import inspect
-
-    from labs.lab import Lab
 
     if body is None:
         return "not attempted yet: write your callback into my_on_failed"
     if not inspect.iscoroutinefunction(body):
         return "✗ my_on_failed must be an async function: async def my_on_failed(conn, event): …"
     verdict = CallbackVerdict()
-    lab = await Lab.open("26d-callback-judge", settings=settings, tickets=20)
-    try:
-        with lab.expect_errors():
-            try:
-                for scene in CALLBACK_SCENES:
-                    await _callback_scene(lab, body, scene, verdict)
-            except (AssertionError, TimeoutError) as err:  # a wait ran out
-                verdict.notes.append(f"the run stopped: {type(err).__name__}: "
-                                     f"{(str(err).splitlines() or [''])[0]}")
-    finally:
-        await lab.close(check=False)
+    with lab.expect_errors(source="worker failed"):  # A's job fails on purpose, each scene
+        try:
+            for scene in CALLBACK_SCENES:
+                await _callback_scene(lab, body, scene, verdict)
+        except (AssertionError, TimeoutError) as err:  # a wait ran out
+            verdict.notes.append(f"the run stopped: {type(err).__name__}: "
+                                 f"{(str(err).splitlines() or [''])[0]}")
+        finally:
+            await lab.stop_worker("A")
+            await lab.stop_worker("B")
     return verdict

@@ -188,3 +188,49 @@ async def test_26d_late_failed_callback_live(lab, legacy):
     else:
         assert (row["status"], row["progress"]) == ("COMPLETED", 100)
         assert spans[-1].ended_by == "commit"
+
+
+def _callback(name: str, tag: str) -> Any:
+    cells = json.loads((NOTEBOOKS / NB_26D).read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if tag in cell["metadata"].get("tags", []):
+            tree = ast.parse("".join(cell["source"]), mode="exec")
+            for node in tree.body:
+                if isinstance(node, ast.AsyncFunctionDef) and node.name == name:
+                    namespace: dict[str, Any] = {}
+                    exec(compile(ast.Module([node], []), NB_26D, "exec"), namespace)
+                    return namespace[name]
+    raise AssertionError(f"{NB_26D}: no cell tagged {tag!r} defines {name}")
+
+
+async def test_26d_callback_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """W2, W3 (Exercise F): the late callback lands after B's claim and before any claim.
+    The starter (the old code) fails B's run both times; a look-up of the current
+    execution_id wipes E2; the dispatcher's own condition fails the re-added run; the
+    solution (no write) lets B complete both."""
+    from labs.scenes import ch26d
+
+    starter = _callback("my_on_failed", "exercise")
+    solution = _callback("solution_on_failed", "solution")
+    bad = await ch26d.judge_callback(lab, starter)
+    assert not bad.ok and {s for s, _, _ in bad.scenes.values()} == {"FAILED"}, str(bad)
+    good = await ch26d.judge_callback(lab, solution)
+    assert good.ok, str(good)
+
+    async def look_up_first(conn, event):
+        cur = await conn.execute("SELECT execution_id FROM background_tasks "
+                                 "WHERE id = %(task_id)s", event)
+        (current,) = await cur.fetchone()
+        await conn.execute("UPDATE background_tasks SET status = 'FAILED', execution_id = NULL "
+                           "WHERE id = %(task_id)s AND run = %(run)s "
+                           "AND execution_id = %(current)s", {**event, "current": current})
+
+    async def like_the_dispatcher(conn, event):
+        await conn.execute("UPDATE background_tasks SET status = 'FAILED' "
+                           "WHERE id = %(task_id)s AND run = %(run)s AND status = 'WAITING' "
+                           "AND execution_id IS NULL", event)
+
+    looked = await ch26d.judge_callback(lab, look_up_first)
+    assert not looked.ok and looked.scenes[ch26d.CALLBACK_SCENES[0]][0] == "FAILED"
+    d4 = await ch26d.judge_callback(lab, like_the_dispatcher)
+    assert not d4.ok and d4.scenes[ch26d.CALLBACK_SCENES[1]][0] == "FAILED"
