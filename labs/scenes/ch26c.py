@@ -193,25 +193,26 @@ async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
                          f"{verdict.final_status}, effects {verdict.final_effects}")
 
 
-async def judge_gate(gate: Any, *, settings: Any = None) -> GateVerdict | str:
-    """Run `gate` as the commit gate of executor G's reminders in a lab world of its own
-    (`gate_fence`, `Lab.use_fence`): (1) alone, G must complete a due reminder with one of
-    each effect; (2) the recovery-scan race of §5: G paused inside its transaction after
-    the three effects, a recovery scan (D6) clears its lease, G comes back — its effects
-    must roll back as a lost lease (P10, P6), and the redelivery (D4) must give exactly one
-    notification, one event and version +1 (P12). A verdict, or a line saying what to
-    write when `gate` is not a function yet."""
-    from labs.lab import Lab
-
+async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
+    """Run `gate` as the commit gate of executor G's reminders in `lab` (`gate_fence`,
+    `Lab.use_fence`): (1) alone, G must complete a due reminder with one of each effect;
+    (2) the recovery-scan race of §5: G paused inside its transaction after the three
+    effects, a recovery scan (D6) clears its lease, G comes back — its effects must roll
+    back as a lost lease (P10, P6), and the redelivery (D4) must give exactly one
+    notification, one event and version +1 (P12). The lab's other workers are stopped
+    first (only G may take these reminders) and G at the end; each try is two new
+    tickets. A verdict, or a line saying what to write when `gate` is not a function yet.
+    The lab's retry backoff should be short (`backoff_delay_ms=30`): a gate that lets the
+    effects commit makes the redelivery use up its attempts."""
     if gate is None:
         return "not attempted yet: write your gate into my_gate"
     if not callable(gate):
         return "✗ my_gate must be a function: def my_gate(rows_matched, lease): …"
     verdict = GateVerdict()
-    lab = await Lab.open("26c-gate-judge", settings=settings, tickets=10,
-                         backoff_delay_ms=30)
+    for name in list(lab.workers):
+        await lab.stop_worker(name)
+    switch = lab.use_fence(gate_fence(gate), actor="G")
     try:
-        lab.use_fence(gate_fence(gate), actor="G")
         await lab.start_worker("G")
         with lab.expect_errors(actor="G"):
             try:
@@ -222,5 +223,6 @@ async def judge_gate(gate: Any, *, settings: Any = None) -> GateVerdict | str:
                 verdict.notes.append(f"the run stopped: {type(err).__name__}: "
                                      f"{(str(err).splitlines() or [''])[0]}")
     finally:
-        await lab.close(check=False)
+        switch.off()
+        await lab.stop_worker("G")
     return verdict

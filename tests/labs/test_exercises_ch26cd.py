@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from labs import counterexamples, tables
+from labs.lab import Lab
 from labs.scenes import ch26c
 from teamdesk.tasks import reminder_effects
 from teamdesk.tasks.lease import Lease, LeaseLost
@@ -54,16 +55,22 @@ async def test_26c_commit_gate_judge_rejects_the_starter_and_accepts_the_solutio
     starter = _defined(NB_26C, "exercise", "my_gate", **env)
     solution = _defined(NB_26C, "solution", "solution_gate", **env)
     assert "raise" not in _source(NB_26C, "exercise")  # the starter does not hold the answer
-    bad = await ch26c.judge_gate(starter, settings=service_settings)
+    async with Lab.open("gate", settings=service_settings, tickets=10,
+                        backoff_delay_ms=30) as lab:
+        await _judge_three(lab, starter, solution)
+
+
+async def _judge_three(lab: Lab, starter: Any, solution: Any) -> None:
+    bad = await ch26c.judge_gate(lab, starter)
     assert not bad.ok and bad.alone and not bad.rolled_back, str(bad)
     assert bad.final_status == "FAILED" and "UniqueViolation" in str(bad)  # the redelivery
-    good = await ch26c.judge_gate(solution, settings=service_settings)
+    good = await ch26c.judge_gate(lab, solution)
     assert good.ok and good.final_status == "COMPLETED", str(good)
 
     def always(rows_matched: int, lease: Lease) -> None:
         raise LeaseLost(lease, "reminder completion")
 
-    wall = await ch26c.judge_gate(always, settings=service_settings)
+    wall = await ch26c.judge_gate(lab, always)
     assert not wall.ok and not wall.alone, str(wall)
 
 
@@ -74,7 +81,9 @@ async def test_26c_commit_gate_that_raises_another_error_is_not_a_lost_lease(ser
         if rows_matched != 1:
             raise RuntimeError("lease lost")
 
-    verdict = await ch26c.judge_gate(wrong, settings=service_settings)
+    async with Lab.open("gate", settings=service_settings, tickets=10,
+                        backoff_delay_ms=30) as lab:
+        verdict = await ch26c.judge_gate(lab, wrong)
     assert not verdict.ok and verdict.rolled_back and "raise LeaseLost" in str(verdict)
 
 
