@@ -18,8 +18,8 @@ from tests.integration.conftest import FakeJob
 
 async def test_the_executor_writes_its_effects_through_the_contexts_step(settings, sessions,
                                                                          demo):
-    """P10: the step is called once, with the reminder's own values, and what it wrote
-    commits with the completion."""
+    """P10: the step is called once, with the reminder's own values, and the reminder
+    completes."""
     calls: list[dict[str, Any]] = []
 
     async def recording(conn: Any, **values: Any) -> None:
