@@ -97,7 +97,7 @@ class GateVerdict:
     #: alone: an executor with the gate completed its reminder, effects once.
     alone: bool = False
     #: the recovery race: what G's run returned; its effects rolled back once it returned.
-    a_result: str = ""
+    returned: str = ""
     rolled_back: bool = False
     #: the redelivery afterwards: the ledger's end and the effects.
     final_status: str = ""
@@ -108,7 +108,7 @@ class GateVerdict:
     @property
     def ok(self) -> bool:
         return (self.alone and self.rolled_back and self.single
-                and self.a_result.startswith("lease lost"))
+                and self.returned.startswith("lease lost"))
 
     def __str__(self) -> str:
         if self.ok:
@@ -123,9 +123,9 @@ class GateVerdict:
             head = ("✗ after the recovery scan cleared G's lease, G's effects committed anyway "
                     "(its completion matched 0 rows): the ledger says WAITING, the ticket says "
                     "sent")
-        elif not self.a_result.startswith("lease lost"):
+        elif not self.returned.startswith("lease lost"):
             head = ("✗ G's writes rolled back, but not as a lost lease: the processor took it "
-                    f"for a failure of the task ({self.a_result!r}); raise LeaseLost (P6)")
+                    f"for a failure of the task ({self.returned!r}); raise LeaseLost (P6)")
         else:
             head = "✗ the redelivery did not end with exactly one of each effect"
         return "\n".join([head, *(f"  {n}" for n in self.notes)])
@@ -177,10 +177,10 @@ async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
     await lab.dispatch()  # D6 clears the lease while G is inside its transaction
     gate.release()
     done = await lab.wait_for("completed", actor="G", job_id=job_id, timeout=8.0)
-    verdict.a_result = str(done["result"])
+    verdict.returned = str(done["result"])
     after_a = await tables.reminder_effects(lab, ticket.id)
     verdict.rolled_back = after_a == before
-    verdict.notes.append(f"recovery race: G returned {verdict.a_result!r}, effects {before} → "
+    verdict.notes.append(f"recovery race: G returned {verdict.returned!r}, effects {before} → "
                          f"{after_a}, ledger {(await lab.task(task.id)).status.value}")
     since = time.monotonic()
     await lab.dispatch()  # D4: the job completed while the ledger is WAITING: added again
