@@ -126,6 +126,7 @@ async def test_separate_effects_is_the_books_old_outcome_for_one_actor_only(lab)
     assert switch.effects == ["reminder completion: 0 rows matched, carried on",
                               "notification: a duplicate, skipped by the unique constraint; "
                               "event and version written again"]
+    assert lab._fences.active("B") is None  # any other actor: the product's one statement
     switch.off()
     assert lab._fences.active("A") is None
 
