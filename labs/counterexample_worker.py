@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -50,10 +51,16 @@ _LEGACY_FAILED = ("UPDATE background_tasks SET status = 'FAILED', execution_id =
                   "WHERE id = %(task_id)s AND run = %(run)s AND status <> 'COMPLETED'")
 
 
-def legacy_failed_listener(ledger: Ledger) -> Any:
+def legacy_failed_listener(ledger: Ledger, *, hold: Callable[[], Awaitable[Any]] | None = None,
+                           on_write: Callable[[dict[str, Any]], None] | None = None) -> Any:
     """The retired listener: on exhaustion, FAILED by task id + run (no lease, raw text).
     It writes on a connection of its own (`ledger.fresh_connection`), outside the pool the
-    worker's jobs use."""
+    worker's jobs use.
+
+    In-process (a notebook, `labs.scenes.ch26d.LateCallback`), `hold` is awaited before
+    the write — the book's *late* callback, released once a newer executor has claimed —
+    and `on_write` hears of each write (`task_id`, `run`, `rows`, `last_error`) when it
+    landed. Without them (the counterexample worker process) it writes at once."""
     pending: set[asyncio.Future] = set()
 
     def on_failed(job: Any, err: BaseException) -> None:
@@ -62,12 +69,16 @@ def legacy_failed_listener(ledger: Ledger) -> Any:
         data = job.data if isinstance(job.data, dict) else {}
 
         async def write() -> None:
+            if hold is not None:
+                await hold()
+            values = {"task_id": data.get("taskId"), "run": data.get("run"),
+                      "last_error": f"{type(err).__name__}: {err}"[:500]}
             async with ledger.fresh_connection() as conn:
-                result = await conn.execute(_LEGACY_FAILED, {
-                    "task_id": data.get("taskId"), "run": data.get("run"),
-                    "last_error": f"{type(err).__name__}: {err}"[:500]})
+                result = await conn.execute(_LEGACY_FAILED, values)
             log.warning("counterexample.legacy_failed_write task_id=%s run=%s rows=%s",
                         data.get("taskId"), data.get("run"), result.rowcount)
+            if on_write is not None:
+                on_write({**values, "rows": result.rowcount})
 
         fut = asyncio.ensure_future(write())
         pending.add(fut)

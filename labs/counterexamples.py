@@ -8,6 +8,12 @@
   但没有检查更新行数 (it still updated under E1's condition, but never checked how many
   rows that changed). The fenced UPDATE keeps its lease condition; a 0-row result is
   ignored, and the executor carries on as if it had written (breaks P3, P10).
+- `separate-effects` — the book's whole old reminder (ch. 26 §5): its notification, event
+  and version bump are separate writes, the notification's unique constraint only skips a
+  duplicate (`ON CONFLICT DO NOTHING`, our reading of 通知唯一约束挡住重复行), and the
+  completion's row count is ignored as in `forgot-row-count`. A redelivery then adds a
+  second event and a second version bump (工单 version 与系统事件却可能再增加一次; breaks P3,
+  P10, P12).
 - `status-only-guard` — the guard the lease replaced: `WHERE id AND run AND status =
   'RUNNING'`, without `execution_id`. Any executor of the run passes while *somebody* is
   RUNNING (breaks P3, P5).
@@ -18,7 +24,11 @@ through the fence of the executor's context (`TaskContext.fence`, P3), which
 there: a callable the lab keeps, holding the lab's switches. On each call it applies the
 first switch that is on for that worker's actor, else the product's `leased_update`. So a
 switch turned on or off reaches a worker that is already running, and only the lab's own
-workers ever see it; other labs, other actors and tests keep the product's fence.
+workers ever see it; other labs, other actors and tests keep the product's fence. The
+reminder's effect-writing step goes the same way (`TaskContext.reminder_effects`, set by
+`create_task_worker(..., reminder_effects=...)`): a `LabReminderEffects` per worker runs
+the old separate writes while `separate-effects` is on for its actor, else the product's
+`write_reminder_effects`.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from typing import Any
 import psycopg
 
 from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
+from teamdesk.tasks.reminder_effects import write_reminder_effects
 
 log = logging.getLogger("teamdesk.counterexample")
 
@@ -38,7 +49,24 @@ log = logging.getLogger("teamdesk.counterexample")
 BUGS = {
     "forgot-row-count": "a fenced UPDATE that matched 0 rows is ignored (breaks P3, P10)",
     "status-only-guard": "the fence checks id, run and RUNNING, not execution_id (breaks P3, P5)",
+    "separate-effects": ("the book's old reminder: notification (duplicates skipped), event and "
+                         "version as separate writes, the completion's row count ignored "
+                         "(breaks P3, P10, P12)"),
 }
+
+# The book's old reminder effects (ch. 26 §5), one statement each. The notification's
+# unique constraint (ticket, revision, recipient) skips a duplicate instead of failing the
+# transaction — so the event and the version bump after it still go up.
+_OLD_NOTIFICATION = (
+    "INSERT INTO notifications (ticket_id, team_id, reminder_revision, recipient_id, message) "
+    "VALUES (%(ticket_id)s, %(team_id)s, %(revision)s, %(recipient_id)s, %(message)s) "
+    "ON CONFLICT DO NOTHING")
+_OLD_EVENT = (
+    "INSERT INTO ticket_events (ticket_id, team_id, kind, actor_id, data) "
+    "VALUES (%(ticket_id)s, %(team_id)s, 'reminder_sent', NULL, jsonb_build_object("
+    "'revision', %(revision)s::int, 'recipient', %(recipient_id)s::text))")
+_OLD_VERSION = "UPDATE tickets SET version = version + 1 WHERE id = %(ticket_id)s"
+
 
 # The status-only guard finds whoever holds the run now and writes under that lease:
 # the same rows a `WHERE id AND run AND status = 'RUNNING'` UPDATE would change.
@@ -100,6 +128,10 @@ class LabFences:
         """The `fence=` of the worker named `actor` (`create_task_worker`)."""
         return LabFence(self, actor)
 
+    def effects_for(self, actor: str | None) -> LabReminderEffects:
+        """The `reminder_effects=` of the worker named `actor` (`create_task_worker`)."""
+        return LabReminderEffects(self, actor)
+
     def active(self, actor: str | None) -> Switch | None:
         return next((s for s in self.switches if s.applies(actor)), None)
 
@@ -122,6 +154,32 @@ class LabFence:
             return await switch.fence(conn, held, statement, during=during, **values)
         return await OLD_FENCES[switch.bug](switch, conn, held, statement, during=during,
                                             **values)
+
+
+@dataclass(frozen=True)
+class LabReminderEffects:
+    """A `teamdesk.tasks.reminder_effects.ReminderEffects` for one worker of a lab: the
+    product's one statement, or the book's old separate writes while `separate-effects`
+    is the first switch on for this actor, decided per call."""
+
+    board: LabFences
+    actor: str | None
+
+    async def __call__(self, conn: Any, *, ticket_id: int, team_id: str, revision: int,
+                       recipient_id: str, message: str) -> None:
+        values = {"ticket_id": ticket_id, "team_id": team_id, "revision": revision,
+                  "recipient_id": recipient_id, "message": message}
+        switch = self.board.active(self.actor)
+        if switch is None or switch.bug != "separate-effects":
+            return await write_reminder_effects(conn, **values)
+        notified = (await conn.execute(_OLD_NOTIFICATION, values)).rowcount
+        await conn.execute(_OLD_EVENT, values)
+        await conn.execute(_OLD_VERSION, values)
+        if notified != 1:
+            switch.effects.append("notification: a duplicate, skipped by the unique "
+                                  "constraint; event and version written again")
+            log.warning("counterexample.duplicate_notification_skipped ticket_id=%s "
+                        "revision=%s", ticket_id, revision)
 
 
 async def _forgot_row_count(switch: Switch, conn: Any, held: Lease, statement: str | None,
@@ -151,5 +209,6 @@ async def _status_only_guard(switch: Switch, conn: Any, held: Lease, statement: 
 #: that records what it changed).
 OLD_FENCES: dict[str, Callable[..., Awaitable[None]]] = {
     "forgot-row-count": _forgot_row_count,
+    "separate-effects": _forgot_row_count,
     "status-only-guard": _status_only_guard,
 }

@@ -107,12 +107,19 @@ def execution_labels(executions: Iterable[Any]) -> dict[str, str]:
     return labels
 
 
+#: Ops of history rows that record a write without a lease clearing a task's
+#: `execution_id` (the retired `failed` callback, `labs.scenes.ch26d.LateCallback`): an `ok`
+#: one ends whatever lease the task had, whoever held it (W2 broken on purpose).
+LEASE_WIPES = frozenset({"failed callback"})
+
+
 @dataclass
 class LeaseSpan:
     """One lease in the ledger (`History.leases`): execution `label` (E1, …) of `actor`
     held task `task_id` from history row `start` until row `end` (None: still held at the
     end of the history), which `ended_by` "taken over" (a newer claim, P2), "commit"
-    (the completion write, P5/P10) or "error report" (P7)."""
+    (the completion write, P5/P10), "error report" (P7) or "wiped" (a lease-less write of
+    a counterexample cleared `execution_id`: an op of `LEASE_WIPES`, W2 broken)."""
 
     task_id: str
     run: int | None
@@ -319,7 +326,8 @@ class History:
         A lease starts at an `ok claim` (the claim wrote a fresh `execution_id`, P2) and
         ends at the next claim of the same task (taken over, P2), at its completion commit
         (`commits`: P5/P10 clear `execution_id`), or at its holder's `ok error report` (P7
-        clears it too); otherwise it is still held at the end of the history. A D6
+        clears it too), or at a lease-less wipe (`LEASE_WIPES`, W2 broken); otherwise it
+        is still held at the end of the history. A D6
         recovery also clears it, but a dispatcher scan's row does not say which task it
         recovered, so the span then runs on until the next claim."""
         labels = self.execution_labels()
@@ -337,6 +345,9 @@ class History:
                     label=labels[r["execution"]], actor=r["actor"], process=r["process"],
                     start=i)
                 spans.append(holder[task_id])
+            elif held is not None and r["type"] == "ok" and r["op"] in LEASE_WIPES:
+                held.end, held.ended_by = i, "wiped"  # no lease needed: that is the bug
+                del holder[task_id]
             elif held is None or r["process"] != held.process:
                 continue  # only the holder's own writes end its lease
             elif i in commits:

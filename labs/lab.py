@@ -492,7 +492,8 @@ class Lab(ProductCalls):
 
     def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
         """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
-        "status-only-guard") for this lab's executors only, and only `actor`'s if given:
+        "status-only-guard", "separate-effects") for this lab's executors only, and only
+        `actor`'s if given:
         learners watch the bug happen without editing the product. It reaches the lab's
         workers through the fence each was started with (`create_task_worker(fence=...)`),
         running or started later. `switch.off()` or `close()` turns it off; switching the

@@ -170,6 +170,10 @@ def _draw_leases(ax: Any, lay: _Layout) -> None:
             ax.annotate(say("released (error reported)", "已释放（错误已报告）"), xy=(x1, lane),
                         xytext=(4, -14),
                         textcoords="offset points", fontsize=7, color="#555555")
+        elif s.ended_by == "wiped":
+            ax.annotate(f"{s.label} wiped without a lease", xy=(x1, lane), xytext=(4, -14),
+                        textcoords="offset points", fontsize=7, color=COLOURS["fail"],
+                        gid="wiped")
 
 
 #: The legend's words, English and 中文 (the edition's are shown: `devkit.i18n`).

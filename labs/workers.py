@@ -5,7 +5,8 @@ builds its own (W1), and run in this process inside the lab's routing scope
 (`labs.routing.Routes.context`), so its probe crossings, log lines and events are
 attributed to this lab. What a lab varies goes through the factory's seams, never a
 patch of a product module: each worker gets the lab's fence (`fence=`, the
-counterexamples' switches, P3), its event sink (`on_event=`, the lab's recorder) and its
+counterexamples' switches, P3) and reminder-effects step (`reminder_effects=`, the book's
+old separate writes, P10), its event sink (`on_event=`, the lab's recorder) and its
 run hook (`on_run_error=`, into the error book). Gates and faults catch only this lab's
 executors (`Routes.mine`).
 """
@@ -67,6 +68,7 @@ class Crew:
         worker = await asyncio.create_task(create_task_worker(
             settings, actor=name, renew_lock=renew_lock, options=options,
             on_event=self.recorder, start=False, fence=self.fences.fence_for(name),
+            reminder_effects=self.fences.effects_for(name),
             on_run_error=self.on_run_error), context=ctx)
         worker.worker.on("active", self._active_listener(name))
         ctx.run(worker.start)

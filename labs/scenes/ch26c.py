@@ -1,12 +1,22 @@
 """Scene helpers of `26c-reminder-commit-gate.ipynb` (ch. 26 §5, and the book's §8 test
-3): a reminder whose first attempt meets a fault, and the exercise's judge."""
+3): a reminder whose first attempt meets a fault, and the judges of the two exercises —
+the last probe point inside the transaction, and the commit gate the learner writes
+(`gate_fence`, `judge_gate`: 旧实现末尾虽然按 E1 条件更新，但没有检查更新行数)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+
 from labs import tables
+from teamdesk.tasks.lease import Fence, Lease, leased_update
+from teamdesk.tasks.ledger import execute
 from teamdesk.tasks.queue import task_job_id
 
 Effects = tuple[int, int, int]
@@ -54,3 +64,165 @@ async def judge_last_point(lab: Any, point: Any, tried: dict[str, tuple]) -> boo
         return (f"not the last point inside the transaction (counts {before} → {between} → "
                 f"{after})")
     return between == before and after == (before[0] + 1, before[1] + 1, before[2] + 1)
+
+
+# ---------------------------------------------------------------- the commit gate (练习)
+
+#: The learner's commit gate: called inside the reminder's transaction right after the
+#: completion UPDATE (fenced by the lease and RUNNING) with the number of rows it matched
+#: and the executor's lease. Returning lets the transaction commit; raising rolls it back.
+CommitGate = Callable[[int, Lease], None]
+
+
+def gate_fence(gate: CommitGate) -> Fence:
+    """A `teamdesk.tasks.lease.Fence` whose reminder completion is decided by `gate`: the
+    fenced `reminder_completion` statement runs as in the product (P10), and its row count
+    goes to `gate` instead of `leased_update`'s own check. Every other fenced write (an
+    export's, an error report) keeps the product's fence. For `Lab.use_fence`."""
+
+    async def fence(conn: Any, lease: Lease, statement: str | None = None, *,
+                    during: str = "write", **values: Any) -> None:
+        if statement != "reminder_completion" or not isinstance(conn, psycopg.AsyncConnection):
+            return await leased_update(conn, lease, statement, during=during, **values)
+        cursor = await execute(conn, statement, {**values, **lease.params()})
+        gate(cursor.rowcount, lease)
+
+    return fence
+
+
+@dataclass
+class GateVerdict:
+    """What the real runs said about a commit gate (`judge_gate`)."""
+
+    #: alone: an executor with the gate completed its reminder, effects once.
+    alone: bool = False
+    #: the recovery race: what G's run returned; its effects rolled back once it returned.
+    returned: str = ""
+    rolled_back: bool = False
+    #: the redelivery afterwards: the ledger's end and the effects.
+    final_status: str = ""
+    final_effects: Effects | None = None
+    single: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.alone and self.rolled_back and self.single
+                and self.returned.startswith("lease lost"))
+
+    def __str__(self) -> str:
+        if self.ok:
+            head = ("✓ your gate holds: alone the reminder completes; after the recovery scan "
+                    "G's completion matched 0 rows, LeaseLost rolled all four writes back, and "
+                    "the redelivery gave the only notification, event and version bump (P10, "
+                    "P12)")
+        elif not self.alone:
+            head = ("✗ your gate stopped the lease holder itself: an executor alone could not "
+                    "complete its reminder")
+        elif not self.rolled_back:
+            head = ("✗ after the recovery scan cleared G's lease, G's effects committed anyway "
+                    "(its completion matched 0 rows): the ledger says WAITING, the ticket says "
+                    "sent")
+        elif not self.returned.startswith("lease lost"):
+            head = ("✗ G's writes rolled back, but not as a lost lease: the processor took it "
+                    f"for a failure of the task ({self.returned!r}); raise LeaseLost (P6)")
+        else:
+            head = "✗ the redelivery did not end with exactly one of each effect"
+        return "\n".join([head, *(f"  {n}" for n in self.notes)])
+
+
+async def _ended(lab: Any, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
+    """The first since `since` of: the job completed, or it failed for good (its attempts
+    used up)."""
+    done = asyncio.ensure_future(lab.wait_for("completed", job_id=job_id, timeout=timeout,
+                                              since=since))
+    failed = asyncio.ensure_future(lab.wait_for("failed", job_id=job_id, timeout=timeout,
+                                                since=since, where=lambda e: e["exhausted"]))
+    finished, pending = await asyncio.wait({done, failed}, return_when=asyncio.FIRST_COMPLETED)
+    for p in pending:
+        p.cancel()
+    return next(iter(finished)).result()
+
+
+def _said(event: dict[str, Any]) -> str:
+    """What a job's end said, in one line: its result, or its error's first line."""
+    text = str(event.get("result") or event.get("error") or "")
+    return (text.splitlines() or [""])[0]
+
+
+async def _gate_alone(lab: Any, verdict: GateVerdict) -> None:
+    ticket, task = await lab.create_ticket("Alone with the gate", due_at=datetime.now(UTC),
+                                           assignee_id="cai")
+    before = await tables.reminder_effects(lab, ticket.id)
+    since = time.monotonic()
+    await lab.dispatch()
+    end = await _ended(lab, task_job_id(task.id, 0), since)
+    row = await lab.task(task.id)
+    after = await tables.reminder_effects(lab, ticket.id)
+    verdict.alone = (row.status.value == "COMPLETED"
+                     and after == (before[0] + 1, before[1] + 1, before[2] + 1))
+    verdict.notes.append(f"alone: {_said(end)} → "
+                         f"{row.status.value}, effects {before} → {after}")
+
+
+async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
+    ticket, task = await lab.create_ticket("Recovery during the gate",
+                                           due_at=datetime.now(UTC), assignee_id="cai")
+    job_id = task_job_id(task.id, 0)
+    before = await tables.reminder_effects(lab, ticket.id)
+    gate = lab.gate("reminder.after_event", actor="G", when=lambda c: c["task_id"] == task.id)
+    await lab.dispatch()
+    await gate.reached(8.0)
+    await lab.age(task.id, lab.settings.stale_running_age_s + 1)
+    await lab.dispatch()  # D6 clears the lease while G is inside its transaction
+    gate.release()
+    done = await lab.wait_for("completed", actor="G", job_id=job_id, timeout=8.0)
+    verdict.returned = str(done["result"])
+    after_a = await tables.reminder_effects(lab, ticket.id)
+    verdict.rolled_back = after_a == before
+    verdict.notes.append(f"recovery race: G returned {verdict.returned!r}, effects {before} → "
+                         f"{after_a}, ledger {(await lab.task(task.id)).status.value}")
+    since = time.monotonic()
+    await lab.dispatch()  # D4: the job completed while the ledger is WAITING: added again
+    end = await _ended(lab, job_id, since)
+    verdict.final_status = (await lab.task(task.id)).status.value
+    verdict.final_effects = await tables.reminder_effects(lab, ticket.id)
+    verdict.single = (verdict.final_status == "COMPLETED"
+                      and verdict.final_effects == (before[0] + 1, before[1] + 1, before[2] + 1))
+    verdict.notes.append(f"redelivery: {_said(end)} → "
+                         f"{verdict.final_status}, effects {verdict.final_effects}")
+
+
+async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
+    """Run `gate` as the commit gate of executor G's reminders in `lab` (`gate_fence`,
+    `Lab.use_fence`): (1) alone, G must complete a due reminder with one of each effect;
+    (2) the recovery-scan race of §5: G paused inside its transaction after the three
+    effects, a recovery scan (D6) clears its lease, G comes back — its effects must roll
+    back as a lost lease (P10, P6), and the redelivery (D4) must give exactly one
+    notification, one event and version +1 (P12). The lab's other workers are stopped
+    first (only G may take these reminders) and G at the end; each try is two new
+    tickets. A verdict, or a line saying what to write when `gate` is not a function yet.
+    The lab's retry backoff should be short (`backoff_delay_ms=30`): a gate that lets the
+    effects commit makes the redelivery use up its attempts."""
+    if gate is None:
+        return "not attempted yet: write your gate into my_gate"
+    if not callable(gate):
+        return "✗ my_gate must be a function: def my_gate(rows_matched, lease): …"
+    verdict = GateVerdict()
+    for name in list(lab.workers):
+        await lab.stop_worker(name)
+    switch = lab.use_fence(gate_fence(gate), actor="G")
+    try:
+        await lab.start_worker("G")
+        with lab.expect_errors(actor="G"):
+            try:
+                await _gate_alone(lab, verdict)
+                if verdict.alone:
+                    await _gate_race(lab, verdict)
+            except (AssertionError, TimeoutError, psycopg.Error) as err:  # a wait ran out
+                verdict.notes.append(f"the run stopped: {type(err).__name__}: "
+                                     f"{(str(err).splitlines() or [''])[0]}")
+    finally:
+        switch.off()
+        await lab.stop_worker("G")
+    return verdict

@@ -7,11 +7,18 @@ full in §6.1), and Exercise C's rounds — scan, wait, Retry, again — with th
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from labs.cases import CaseSpec
+from labs.counterexample_worker import legacy_failed_listener
+from labs.history import History
 from labs.names import Names
 from teamdesk.tasks.queue import task_job_id
+from teamdesk.tasks.worker import is_exhausted
 
 T = 8  # seconds: the bound on every wait here, as in the notebook
 
@@ -101,3 +108,380 @@ def third_round(rounds: list[Round]) -> bool | str:
     """Exercise C's judge: the task completed in its third round (I3, Q1, R2)."""
     statuses = [r[3] for r in rounds]
     return statuses == ["FAILED", "FAILED", "COMPLETED"] or f"the rounds ended {statuses}"
+
+
+# ---------------------------------------------------------------- the late failed callback
+
+class LateCallback:
+    """ch. 26 §7's retired `failed` callback, live on one worker of this lab: the same
+    listener `labs.chaos` runs in its counterexample worker processes
+    (`labs.counterexample_worker.legacy_failed_listener`, contract W2 broken on purpose).
+    When the queue gives up on a job it sets the task FAILED by `task_id + run`, with no
+    lease. Added with the worker's own `on("failed", …)` beside the product's listeners,
+    on this worker only; the product is not changed. Its write is held until `release()`
+    — the book's *late* callback — and lands in the lab's history (lane "old callback"),
+    so the swimlane shows it after the new claim."""
+
+    def __init__(self, lab: Any, actor: str, body: Callback | None = None) -> None:
+        worker = lab.workers[actor]
+        self.lab, self.actor = lab, actor
+        self._go = asyncio.Event()
+        self._landed = asyncio.Event()
+        #: Each write as it landed: task_id, run, last_error, rows (the rows it changed);
+        #: for a `body` of one's own: task_id, run, error (what the body raised, or None).
+        self.writes: list[dict[str, Any]] = []
+        assert worker.ctx.ledger is not None
+        if body is None:
+            listener = legacy_failed_listener(worker.ctx.ledger, hold=self._go.wait,
+                                              on_write=self._landed_write)
+        else:
+            listener = _own_listener(worker.ctx.ledger, body, hold=self._go.wait,
+                                     on_done=self._landed_own)
+        worker.worker.on("failed", listener)
+        lab.add_cleanup(self._go.set)  # a held write is let go (and lands) before the drop
+
+    def release(self) -> None:
+        """Let the held write go (the callback arrives now)."""
+        self._go.set()
+
+    async def landed(self, timeout: float = T) -> dict[str, Any]:
+        """The write, once it landed (bounded)."""
+        await asyncio.wait_for(self._landed.wait(), timeout)
+        return self.writes[-1]
+
+    def _landed_write(self, write: dict[str, Any]) -> None:
+        self.writes.append(write)
+        self.lab.history.add(actor="old callback", type="ok" if write["rows"] else "info",
+                             op="failed callback", task_id=write["task_id"], run=write["run"],
+                             detail=f"FAILED by task_id + run, no lease: {write['rows']} row")
+        self._landed.set()
+
+    def _landed_own(self, done: dict[str, Any]) -> None:
+        self.writes.append(done)
+        self._landed.set()
+
+
+#: A `failed` callback of one's own (Exercise F): `body(conn, event)` on a connection of
+#: its own, `event` what the queue's failed event carries — task_id, run, error,
+#: exhausted; no execution_id (W2).
+Callback = Callable[[Any, dict[str, Any]], Awaitable[None]]
+
+
+def _own_listener(ledger: Any, body: Callback, *, hold: Callable[[], Awaitable[Any]],
+                  on_done: Callable[[dict[str, Any]], None]) -> Any:
+    """A `failed` listener that runs `body` once the queue gave up on a job (exhausted),
+    after `hold`; what `body` raised is recorded, never raised into the worker."""
+    pending: set[asyncio.Future] = set()
+
+    def on_failed(job: Any, err: BaseException) -> None:
+        if not is_exhausted(job, err):
+            return
+        data = job.data if isinstance(job.data, dict) else {}
+        event = {"task_id": data.get("taskId"), "run": data.get("run"),
+                 "error": f"{type(err).__name__}: {err}", "exhausted": True}
+
+        async def run() -> None:
+            await hold()
+            raised = None
+            try:
+                async with ledger.fresh_connection() as conn:
+                    await body(conn, dict(event))
+            except Exception as e:  # the learner's code: a step of learning, not a crash
+                raised = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            on_done({"task_id": event["task_id"], "run": event["run"], "error": raised})
+
+        fut = asyncio.ensure_future(run())
+        pending.add(fut)
+        fut.add_done_callback(pending.discard)
+
+    return on_failed
+
+
+def task_history(lab: Any, task_id: str) -> History:
+    """The lab's history rows of one task only (for a swimlane of one scene)."""
+    h = History(lab.history.start)
+    h.rows = [r for r in lab.history.rows if r["task_id"] == task_id]
+    return h
+
+
+async def _a_fails(lab: Any, filters: dict[str, Any], *, legacy: bool,
+                   body: Callback | None = None) -> tuple[str, LateCallback | None]:
+    """The first half of `late_failure`: up to the two scans that re-add run 0."""
+    await lab.stop_worker("A")
+    await lab.stop_worker("B")
+    task = await lab.request_export(filters, user="ben")
+    job_id = task_job_id(task.id, 0)
+
+    def mine(ctx: dict[str, Any]) -> bool:
+        return ctx["task_id"] == task.id
+
+    lab.fault("export.after_read", OSError("read failed"), actor="A", when=mine)
+    lab.fault("error.before_write", ConnectionError("ledger briefly unreachable"), actor="A",
+              when=mine)
+    with lab.expect_errors(source="worker failed", job_id=job_id):
+        await lab.start_worker("A")
+        late = LateCallback(lab, "A", body) if legacy or body is not None else None
+        await lab.enqueue(task.id, attempts=1)
+        await lab.wait_for("failed", actor="A", job_id=job_id, timeout=T)
+    assert await lab.queue.remove(job_id) == 1  # record loss
+    await lab.stop_worker("A")
+    await lab.age(task.id, 121)
+    await lab.dispatch()  # D6: back to WAITING
+    await lab.dispatch()  # D4: no job: added again
+    return task.id, late
+
+
+async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
+                       ) -> tuple[str, Any, dict[str, Any], LateCallback | None]:
+    """The book's §7 test 2 up to B's claim, in one call: a new export; A's read fails and
+    its error report fails too, so the queue (attempts = 1) fails the job while the ledger
+    is RUNNING under A's lease; the record is lost, A's process goes, two scans recover
+    and re-add run 0 (D6, D4), and B claims — held at `claim.after`. Returns the task id,
+    B's gate, its context (B's `execution_id`) and, when `legacy`, the retired listener A
+    carried (`LateCallback`, not released yet). Workers A and B of an earlier scene are
+    stopped first, so A takes the job."""
+    task_id, late = await _a_fails(lab, filters, legacy=legacy)
+    claim_b = lab.gate("claim.after", actor="B", when=lambda c: c["task_id"] == task_id)
+    await lab.start_worker("B")
+    b = await claim_b.reached(T)
+    return task_id, claim_b, b, late
+
+
+# ---------------------------------------------------------------- diagnosis cases (§7)
+# Each stage runs the real system into the case's state (workers, gates, faults, the
+# dispatcher; never a hand-written ledger row) and returns the task id. A case starts
+# from a quiet world: the lab's running workers are stopped first, so only the case's
+# own executors take its job; it leaves none of them running but the hung one of
+# "running-long" (held at its gate until a later case lets it go, or the lab closes).
+
+async def idle_s(lab: Any, task_id: str) -> float:
+    """How long the task's `updated_at` has not moved, in seconds — in the database's
+    clock, the one D6's 120 s threshold is measured in."""
+    from sqlalchemy import text
+
+    async with lab.sessions() as s:
+        return float(await s.scalar(text(
+            "SELECT extract(epoch FROM now() - updated_at) FROM background_tasks "
+            "WHERE id = :id"), {"id": task_id}))
+
+
+async def _quiet(lab: Any) -> None:
+    """Stop the lab's workers; an executor a gate still holds (a case's frozen one) is let
+    go first, so stopping its worker does not wait for it."""
+    from labs.gates import Gate
+
+    for g in list(lab.crew.gates):
+        if isinstance(g, Gate) and g.is_reached and not g.is_released:
+            g.close()
+    for name in list(lab.workers):
+        await lab.stop_worker(name)
+
+
+async def _stage_fault_a(lab: Any) -> str:
+    """故障 A: A (1 s lock, no renewal) freezes after its read; B's stall check takes the
+    job over and claims E2; A comes back, its progress write matches 0 rows (LeaseLost)
+    and it returns quietly, without reporting 100; B completes (P3, P6)."""
+    from labs.lab import STUCK, WATCHFUL
+
+    await _quiet(lab)
+    task = await lab.request_export({"status": ["OPEN"], "priority": ["NORMAL"]}, user="ben")
+    job_id = task_job_id(task.id, 0)
+
+    def mine(ctx: dict[str, Any]) -> bool:
+        return ctx["task_id"] == task.id
+
+    gate_a = lab.gate("export.after_read", actor="A", when=mine)
+    gate_b = lab.gate("claim.after", actor="B", when=mine)
+    await lab.start_worker("A", **{**STUCK, "stalled_interval_ms": 3_600_000})
+    await lab.dispatch()
+    await gate_a.reached(T)
+    await lab.start_worker("B", **WATCHFUL)
+    await lab.wait_for("stalled", job_id=job_id, timeout=T)
+    await gate_b.reached(T)
+    with lab.expect_errors(source="worker error", actor="A", job_id=job_id):  # lock mismatch
+        gate_a.release()
+        await lab.wait_for("error", actor="A", job_id=job_id, timeout=T)
+    gate_b.release()
+    await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
+    await _quiet(lab)
+    return task.id
+
+
+async def _stage_fault_b(lab: Any) -> str:
+    """故障 B: the export's result UPDATE commits, then the last report to the queue,
+    `update_progress(100)`, fails (a fault at `export.after_result`): the error path's
+    RUNNING condition matches 0 rows, the processor keeps the result and returns (P9)."""
+    await _quiet(lab)
+    task = await lab.request_export({"status": ["OPEN"], "priority": ["HIGH"]}, user="ben")
+    lab.fault("export.after_result", ConnectionError("queue report of 100 failed"),
+              when=lambda ctx: ctx["task_id"] == task.id)
+    await lab.start_worker("W", export_batch_size=25)
+    await lab.dispatch()
+    await lab.wait_for("completed", task_id=task.id, timeout=T)
+    await _quiet(lab)
+    return task.id
+
+
+async def _stage_running_long(lab: Any) -> str:
+    """RUNNING far beyond the lock: A hangs after its first read (held at a gate; its
+    process is alive and still renews the queue's lock, so the queue says active); its
+    row looks ten minutes old (the clock compressed, D6); and the dispatcher's scan fails
+    before it reaches the recovery (a Redis add error on another task ends the round,
+    D8). So nothing has recovered it: that needs the 2-minute threshold *and* a scan that
+    gets that far. A stays held until a later case, a scan and the lab's close."""
+    await _quiet(lab)
+    task = await lab.request_export({"status": ["CLOSED"], "priority": ["LOW"]}, user="ben")
+    frozen = lab.gate("export.after_read", actor="A", when=lambda c: c["task_id"] == task.id)
+    await lab.start_worker("A")
+    await lab.dispatch()
+    await frozen.reached(T)
+    await lab.age(task.id, 600)
+    other = await lab.request_export({"status": ["OPEN"], "priority": ["LOW"]}, user="ben")
+    lab.fault("dispatch.before_add", ConnectionError("Redis unreachable"),
+              when=lambda c: c["task_id"] == other.id)
+    try:
+        await lab.dispatch()
+    except ConnectionError:
+        pass  # D8: the round ended before the recovery step
+    return task.id
+
+
+CASES = {
+    "fault-a": CaseSpec(
+        name="fault-a",
+        title="故障 A: the old executor returned, but never reported 100",
+        stage=_stage_fault_a,
+        choices={
+            "takeover": "a newer claim (E2) took the run over; the old executor's fenced "
+                        "writes matched 0 rows and it left quietly",
+            "new-run-failed": "the new run failed, and the old executor stopped because of it",
+            "redis-lost": "Redis lost the progress report; the export has to be run again",
+            "crashed": "the old executor crashed mid-export; write its E1 back so it can finish",
+            "old-run": "the delivery was of an older run and was skipped at the first check",
+        },
+        cause="takeover",
+        rules=frozenset({"P3", "P6", "P2"}),
+        why="the lease decides who may write: E1's progress write matched nothing, so A "
+            "raised LeaseLost and returned without failing the task or reporting 100 (P3, "
+            "P6); B's run is the one that completed. Never write E1 back."),
+    "fault-b": CaseSpec(
+        name="fault-b",
+        title="故障 B: the queue reported an error, yet the page says COMPLETED",
+        stage=_stage_fault_b,
+        choices={
+            "report-failed": "the result committed; only the last report of 100 to the queue "
+                             "failed, and the processor kept the result",
+            "partial-csv": "a partial CSV was saved and shown as complete",
+            "overwritten": "a newer execution completed and overwrote this one's result",
+            "needs-retry": "the run failed; the page is stale and the task needs a Retry",
+            "dispatcher": "the dispatcher marked it COMPLETED from the queue's record",
+        },
+        cause="report-failed",
+        rules=frozenset({"P9", "P5"}),
+        why="look at result_csv, the summary and the expiry: the completion UPDATE "
+            "committed them (P5); the error after it met a COMPLETED row, so the error "
+            "path matched 0 rows and returned (P9). The queue's progress is simply behind."),
+    "running-long": CaseSpec(
+        name="running-long",
+        title="A task RUNNING far beyond its lock",
+        stage=_stage_running_long,
+        choices={
+            "frozen-no-scan": "its executor died or froze; only a successful dispatcher scan "
+                              "after the 2-minute threshold brings it back (none got that far)",
+            "slow-export": "a slow but live export: its progress keeps the row fresh",
+            "newer-lease": "a newer execution holds the lease and is still working",
+            "listener-will-fail-it": "the queue failed the job; the failed listener will "
+                                     "set the ledger FAILED",
+            "needs-retry": "only a manual Retry can move it now",
+        },
+        cause="frozen-no-scan",
+        rules=frozenset({"D6", "W3", "D8"}),
+        why="updated_at has not moved for ten minutes, so nothing is advancing it; the "
+            "queue's active says nothing about progress. Recovery is the dispatcher's: "
+            "after 120 s without progress, and only in a scan that reaches it (D6, W3) — "
+            "this one failed on another task first (D8)."),
+}
+
+
+# ---------------------------------------------------------------- Exercise F: the callback
+
+#: Exercise F's two scenes: when the late callback lands.
+CALLBACK_SCENES = ("after B's claim", "before any claim")
+
+
+@dataclass
+class CallbackVerdict:
+    """What the two real scenes said about a `failed` callback (`judge_callback`)."""
+
+    #: scene → (how the ledger ended, B's result, what the callback raised or None)
+    scenes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return len(self.scenes) == len(CALLBACK_SCENES) and all(
+            status == "COMPLETED" and raised is None for status, _, raised in self.scenes.values())
+
+    def __str__(self) -> str:
+        if self.ok:
+            head = ("✓ your callback never failed a newer execution: in both scenes B's run "
+                    "completed (W2, W3)")
+        elif any(raised for _, _, raised in self.scenes.values()):
+            head = "✗ your callback raised an error (below): a listener must not crash"
+        else:
+            broken = [name for name, (status, _, _) in self.scenes.items()
+                      if status != "COMPLETED"]
+            head = (f"✗ your callback failed a newer execution's run: landing "
+                    f"{' and '.join(broken) or 'before the end'}")
+        lines = [head]
+        for name, (status, result, raised) in self.scenes.items():
+            extra = f", your callback raised {raised}" if raised else ""
+            lines.append(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}")
+        return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
+
+
+async def _callback_scene(lab: Any, body: Callback, scene: str, verdict: CallbackVerdict
+                          ) -> None:
+    task_id, late = await _a_fails(lab, {"priority": ["HIGH"]}, legacy=False, body=body)
+    assert late is not None
+    job_id = task_job_id(task_id, 0)
+    if scene == CALLBACK_SCENES[0]:
+        claim_b = lab.gate("claim.after", actor="B", when=lambda c: c["task_id"] == task_id)
+        await lab.start_worker("B")
+        await claim_b.reached(T)
+        late.release()
+        landed = await late.landed(T)
+        claim_b.release()
+    else:
+        late.release()
+        landed = await late.landed(T)
+        await lab.start_worker("B")
+    done = await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
+    status = (await lab.task(task_id)).status.value
+    verdict.scenes[scene] = (status, str(done["result"]), landed["error"])
+
+
+async def judge_callback(lab: Any, body: Any) -> CallbackVerdict | str:
+    """Exercise F: run `body` as A's `failed` callback in `lab`, in the book's §7 test 2
+    (A fails, the record is lost, two scans re-add run 0; `_a_fails`), landing late
+    twice: after B has claimed E2, and after the re-add but before any claim. A callback
+    that never fails a newer execution lets B complete both (W2, W3). Each try is two new
+    exports; the lab's workers A and B are replaced, and stopped at the end."""
+    import inspect
+
+    if body is None:
+        return "not attempted yet: write your callback into my_on_failed"
+    if not inspect.iscoroutinefunction(body):
+        return "✗ my_on_failed must be an async function: async def my_on_failed(conn, event): …"
+    verdict = CallbackVerdict()
+    with lab.expect_errors(source="worker failed"):  # A's job fails on purpose, each scene
+        try:
+            for scene in CALLBACK_SCENES:
+                await _callback_scene(lab, body, scene, verdict)
+        except (AssertionError, TimeoutError) as err:  # a wait ran out
+            verdict.notes.append(f"the run stopped: {type(err).__name__}: "
+                                 f"{(str(err).splitlines() or [''])[0]}")
+        finally:
+            await lab.stop_worker("A")
+            await lab.stop_worker("B")
+    return verdict

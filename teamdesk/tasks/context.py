@@ -17,11 +17,13 @@ import psycopg
 from teamdesk.config import Settings
 from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import Ledger
+from teamdesk.tasks.reminder_effects import ReminderEffects, write_reminder_effects
 
 
 @dataclass(frozen=True)
 class TaskContext:
-    """One worker's settings, ledger, actor label and fence, shared by all its runs."""
+    """One worker's settings, ledger, actor label, fence and reminder-effects step, shared
+    by all its runs."""
 
     #: Timings and limits (Q2): executors read `export_limit`, `export_batch_size`,
     #: `result_ttl_s`; `database_url` is where a ledger made here connects.
@@ -41,6 +43,10 @@ class TaskContext:
     #: the executor still does everything else — team lock, effects, the fenced completion
     #: (P10) — exactly as always.
     stale_check: Callable[[Any, Any], str | None] | None = None
+    #: The reminder's effect-writing step (P10): `reminder_effects.write_reminder_effects`,
+    #: the notification, version bump and event in one statement. A lab may pass the
+    #: book's old separate writes here to show what the commit gate prevents (ch. 26 §5).
+    reminder_effects: ReminderEffects = write_reminder_effects
 
     def __post_init__(self) -> None:
         if self.ledger is None:

@@ -60,11 +60,12 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
         else:
             recipient = ticket.assignee_id or ticket.creator_id
             due = ticket.due_at.isoformat() if ticket.due_at else "-"
-            # Notification, version bump and system event in one statement (P10).
-            await execute(conn, "reminder_effects", {
-                "ticket_id": ticket.id, "team_id": ticket.team_id,
-                "revision": task.reminder_revision, "recipient_id": recipient,
-                "message": f"Ticket #{ticket.id} '{ticket.title}' is due ({due})."})
+            # Notification, version bump and system event: `ctx.reminder_effects`, one
+            # statement in the product (P10).
+            await ctx.reminder_effects(
+                conn, ticket_id=ticket.id, team_id=ticket.team_id,
+                revision=task.reminder_revision, recipient_id=recipient,
+                message=f"Ticket #{ticket.id} '{ticket.title}' is due ({due}).")
             await probes.announce("reminder.after_event", task_id=lease.task_id, run=lease.run,
                                   execution_id=lease.execution_id, actor=ctx.actor)
             summary = f"Reminder sent to {recipient} (revision {task.reminder_revision})."

@@ -2,7 +2,8 @@
 
 Tests, labs and the worker process all call it, so they run the same processor with the
 same listeners. What a caller may vary is a parameter, never a patch: the ledger
-(`ledger=`), the fence every fenced write goes through (`fence=`, P3), a listener of events
+(`ledger=`), the fence every fenced write goes through (`fence=`, P3), the reminder's
+effect-writing step (`reminder_effects=`, P10), a listener of events
 (`on_event=`) and of a crashed run loop (`on_run_error=`).
 
 The listeners only log (W2): the `failed` event carries no execution id, and
@@ -35,6 +36,7 @@ from teamdesk.tasks.lease import Fence, leased_update
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, redis_client
+from teamdesk.tasks.reminder_effects import ReminderEffects, write_reminder_effects
 
 log = logging.getLogger("teamdesk.worker")
 
@@ -168,6 +170,7 @@ async def create_task_worker(
     ledger: Ledger | None = None,
     fence: Fence = leased_update,
     on_run_error: RunErrorHook | None = None,
+    reminder_effects: ReminderEffects = write_reminder_effects,
 ) -> TaskWorker:
     """Build (and by default start) the task worker: `process_task` + the W2 listeners.
 
@@ -179,12 +182,15 @@ async def create_task_worker(
     `leased_update` unless a lab shows an old fence (`labs.counterexamples`); a lab that
     switches fences while the worker runs passes a callable of its own that decides per call.
     `on_run_error` hears of a crash of the worker's run loop when it happens (`TaskWorker`).
+    `reminder_effects` is the reminder's effect-writing step (`TaskContext.reminder_effects`,
+    P10): the product's one statement unless a lab shows the book's old separate writes.
     """
     owns_ledger = ledger is None
     if ledger is None:
         ledger = await Ledger.pooled(settings.database_url or "",
                                      size=max(1, settings.worker_concurrency))
-    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger, fence=fence)
+    ctx = TaskContext(settings=settings, actor=actor, ledger=ledger, fence=fence,
+                      reminder_effects=reminder_effects)
 
     async def processor(job: Any, token: str) -> str:
         return await process_task(job, token, ctx)
