@@ -28,7 +28,7 @@ from teamdesk.errors import TeamDeskError
 from teamdesk.redaction import redact, redact_text
 
 if TYPE_CHECKING:
-    from teamdesk.tasks.runner import WorkerHook
+    from teamdesk.tasks.runner import Drain, WorkerHook
 
 #: How a command gets its settings with both URLs filled in. The product's own reads the
 #: environment (`settings_from_env`); the dev environment passes one that starts, or
@@ -178,8 +178,9 @@ def configure_logging(level: str) -> None:
 
 
 def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
-               on_worker: WorkerHook | None = None) -> int:
-    """`teamdesk worker`; `on_worker` goes to `run_worker_process` (`runner.WorkerHook`)."""
+               on_worker: WorkerHook | None = None, drain: Drain | None = None) -> int:
+    """`teamdesk worker`; `on_worker` and `drain` go to `run_worker_process`
+    (`runner.WorkerHook`, `runner.Drain`)."""
     from redis.exceptions import RedisError
 
     from teamdesk.tasks.runner import run_worker_process
@@ -206,7 +207,7 @@ def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
         if early:
             stop.set()
         return await run_worker_process(settings, name=args.name, stop=stop,
-                                        on_worker=on_worker)
+                                        on_worker=on_worker, drain=drain)
 
     configure_logging(args.log_level)
     settings = None
@@ -325,22 +326,25 @@ def build_parser(commands: Sequence[AddCommand] = PRODUCT_COMMANDS, *,
 
 def main(argv: Sequence[str] | None = None, *, commands: Sequence[AddCommand] | None = None,
          description: str | None = None, resolve_settings: SettingsResolver | None = None,
-         on_worker: WorkerHook | None = None) -> int:
+         on_worker: WorkerHook | None = None, drain: Drain | None = None) -> int:
     """The `teamdesk` command. `commands` and `description` make its parser
     (`build_parser`); `resolve_settings` gives each command its servers (default: the
     environment's URLs, `settings_from_env`). `on_worker` applies to `worker` only: a hook
     that sees the process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`);
-    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does."""
+    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does.
+    `drain` applies to `worker` only too: the process's shutdown order (`runner.Drain`,
+    W4; default the product's), passed by a lab exercise's entry point
+    (`labs.drain_worker`), never by the command line."""
     parser = build_parser(commands or PRODUCT_COMMANDS, description=description)
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)
     if check is not None:
         check(parser, args)
     func = args.func
-    if on_worker is not None:
+    if on_worker is not None or drain is not None:
         if func is not cmd_worker:
-            parser.error("on_worker applies to the `worker` command only")
-        func = functools.partial(cmd_worker, on_worker=on_worker)
+            parser.error("on_worker and drain apply to the `worker` command only")
+        func = functools.partial(cmd_worker, on_worker=on_worker, drain=drain)
     try:
         return func(args, resolve_settings or settings_from_env)
     except (TeamDeskError, ValueError) as err:

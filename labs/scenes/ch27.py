@@ -335,7 +335,7 @@ BOOK_TEST_MAP: tuple[BookTest, ...] = (
              (f"{_RECOVERY}test_stalled_over_the_limit_then_two_scans",)),
     BookTest("§7 (ch. 30)", "第 30 章另有真实子进程的心跳、SIGTERM 排空与超时退出恢复测试",
              "ch. 30's real subprocesses: heartbeat, SIGTERM drain, drain timeout, takeover",
-             (("30", "1.", "4."), ("30", "练习：排空的期限")),
+             (("30", "1.", "4."), ("30", "练习 A：排空的期限")),
              ("tests/integration/test_worker_process.py::"
               "test_heartbeat_while_running_gone_after_clean_stop",
               "tests/integration/test_worker_process.py::"

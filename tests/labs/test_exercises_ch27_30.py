@@ -182,3 +182,71 @@ def test_a_row_without_a_test_says_not_covered(row):
     """A book test with no test of ours is shown as "not covered", never left blank."""
     line = next(r for r in ch27.map_markdown().splitlines() if r.startswith(f"| {row.book} |"))
     assert row.tests or line.rstrip().endswith("| not covered |")
+
+
+# ------------------------------------------------------------------ 30 练习 B
+
+_ALWAYS_0 = '''
+async def my_drain(stopping):
+    await stopping.stop_ticks()
+    await stopping.close_worker(stopping.settings.drain_timeout_s)
+    await stopping.stop_heartbeat()
+    await stopping.close_connections()
+    return 0
+'''
+
+
+def _function_source(notebook: str, tag: str, name: str) -> str:
+    """Only the definition of `name` from its cell (a solution cell also runs the judge)."""
+    source = _cell_source(notebook, tag, name)
+    node = next(n for n in ast.parse(source).body
+                if isinstance(n, ast.AsyncFunctionDef) and n.name == name)
+    segment = ast.get_source_segment(source, node)
+    assert segment is not None
+    return segment
+
+
+async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """W4, through the worker process's `drain=` seam (`labs.drain_worker` → `teamdesk.cli
+    .main(drain=)` → `run_worker_process`): two real processes with the drain get SIGTERM
+    while an export runs. The starter (close the connections, exit 0) leaves the export
+    RUNNING under its lease and says 0 after abandoning a job; the right order with a
+    constant exit 0 hides the abandoned job from the supervisor; the solution keeps W4."""
+    from labs.scenes import ch30
+    from labs.timings import FAST_WORKER
+
+    timings = FAST_WORKER.to_env()
+    starter = _function_source("30-worker-process.ipynb", "exercise", "my_drain")
+    solution = _function_source("30-worker-process.ipynb", "solution", "solution_drain")
+    assert "close_worker" not in starter and "EXIT_DRAIN_TIMEOUT" not in starter
+
+    bad = await ch30.judge_drain(starter, base=lab.settings, timings=timings)
+    assert not bad.ok, str(bad)
+    assert any(p.startswith("released: the running export was left RUNNING under")
+               for p in bad.problems), str(bad)
+    assert any(p.startswith("never released: exit 0 after abandoning") for p in bad.problems)
+
+    always_0 = await ch30.judge_drain(_ALWAYS_0, base=lab.settings, timings=timings)
+    assert not always_0.ok, str(always_0)
+    assert always_0.problems == [always_0.problems[0]], str(always_0)  # only the exit code
+    assert always_0.problems[0].startswith("never released: exit 0 after abandoning")
+
+    good = await ch30.judge_drain(solution, base=lab.settings, timings=timings)
+    assert good.ok, str(good)
+    assert {name: run.code for name, run in good.runs.items()} == {
+        "released": 0, "never released": 3}
+    assert good.runs["released"].held == ("COMPLETED", None)
+    assert good.runs["released"].waiting == ("WAITING", 0)
+    assert await ch30.judge_drain(None, base=lab.settings, timings=timings) == (
+        "not attempted yet: write your drain into my_drain")
+
+
+def test_the_drain_seam_is_for_the_worker_command_only(capsys):
+    """W4's seam is the worker's: the command line refuses a drain for any other command."""
+    from teamdesk.cli import main
+    from teamdesk.tasks.runner import drain_in_order
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tasks"], drain=drain_in_order)
+    assert exit_.value.code == 2
+    assert "apply to the `worker` command only" in capsys.readouterr().err
