@@ -5,7 +5,9 @@ dispatch tick loop (D8). It writes a heartbeat, logs structured lines, and on SI
 SIGINT drains: the dispatch loop stops, the worker stops fetching, the running job gets
 `drain_timeout_s` to finish, connections close, exit 0. Past the timeout the job is
 abandoned (force close) and the process exits 3; whatever it left RUNNING is picked up
-by another worker's stall check or by the dispatcher's stale recovery (D6).
+by another worker's stall check or by the dispatcher's stale recovery (D6). That order is
+`drain_in_order`, over the steps of `Stopping`; `run_worker_process(drain=...)` takes
+another one, for a lab exercise that has a learner write it (`labs.drain_worker`).
 
 Heartbeat: a Redis key `<prefix>:teamdesk:heartbeat:<name>` holding JSON (pid, host,
 started_at, beat_at, ticks, faults), refreshed every `heartbeat_ttl_s / 3` with a TTL of
