@@ -297,8 +297,14 @@ async def _one_drain_run(base: Any, timings: dict[str, str], drain_file: Path,
             first = await request_export(session, "acme", "ben", {"status": ["OPEN"]})
             second = await request_export(session, "acme", "ben", {"status": ["CLOSED"]})
         proc.start()
-        await wait_until(lambda: asyncio.to_thread((hold / "reached").exists), 30,
-                         "the judged process to reach its hold", on_timeout=proc.tail)
+
+        async def reached() -> bool:
+            if not proc.alive:  # e.g. the drain's file does not load
+                raise RuntimeError(f"the process exited before its first job:\n{proc.tail(8)}")
+            return await asyncio.to_thread((hold / "reached").exists)
+
+        await wait_until(reached, 30, "the judged process to reach its hold",
+                         on_timeout=proc.tail)
 
         async def second_dispatched() -> bool:
             return (await _row(world, second.id))[3] is not None
@@ -377,10 +383,15 @@ async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Drai
             folder.mkdir()
         runs = await asyncio.gather(*(
             _one_drain_run(base, timings, path, folders[name], released, timeout)
-            for name, (released, timeout) in DRAIN_RUNS.items()))
+            for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
+    except SyntaxError as err:
+        return f"✗ your drain is not Python yet: {err}"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    verdict = DrainVerdict(dict(zip(DRAIN_RUNS, runs, strict=True)))
+    for run in runs:
+        if isinstance(run, BaseException):
+            return f"✗ the judge could not run your drain: {type(run).__name__}: {run}"
+    verdict = DrainVerdict(dict(zip(DRAIN_RUNS, runs, strict=True)))  # type: ignore[arg-type]
     for name, run in verdict.runs.items():
         verdict.problems += _problems(name, run)
     return verdict
