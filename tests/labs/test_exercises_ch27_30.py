@@ -250,3 +250,29 @@ def test_the_drain_seam_is_for_the_worker_command_only(capsys):
         main(["tasks"], drain=drain_in_order)
     assert exit_.value.code == 2
     assert "apply to the `worker` command only" in capsys.readouterr().err
+
+
+async def test_30_timeline_holds_what_the_swimlane_draws(lab):
+    """W4, P5: the processes' timeline (notebook 30 §5's swimlane) records a process's
+    start, the lease it claimed at its hold, SIGTERM, the drain, the commit and the exit,
+    and its lease lane ends in that process's own commit."""
+    import signal
+
+    from labs.scenes import ch30
+    from labs.timings import SCENE_WORKER
+
+    procs = ch30.Processes(lab, SCENE_WORKER.to_env())
+    w = procs.spawn("w", hold="export.after_read")
+    task = await lab.request_export({"status": ["OPEN"]}, user="ben")
+    await procs.held("w")
+    w.send(signal.SIGTERM)
+    await procs.logged("w", "worker.draining")
+    procs.release("w")
+    assert await w.wait_exit(30) == 0
+    ops = [r["op"] for r in procs.timeline.rows if r["actor"] == "w"]
+    assert ops == ["start", "claim", "held", "SIGTERM", "draining", "released", "result",
+                   "exit 0"], ops
+    [lease] = procs.timeline.leases()
+    assert (lease.task_id, lease.actor, lease.ended_by) == (task.id, "w", "commit")
+    assert procs.timeline.plot() is not None
+    await procs.stop_all()
