@@ -1,9 +1,13 @@
 """Scene helpers of `notebooks/27-test-isolation.ipynb` (ch. 27, inferred).
 
 §4 runs the book's four named tests (ch. 26 §8) from a cell, in one pytest process, and
-reads from pytest's `--setup-show` lines which isolation each test relied on; the exercise
-asks for the `SCAN` pattern of exactly this world's keys. Neither the subprocess plumbing
-nor the judge is what the chapter is about, so they live here.
+reads from pytest's `--setup-show` lines which isolation each test relied on.
+`BOOK_TEST_MAP` maps the book's nine tests of ch. 26 §7–§8 to the notebook sections that
+stage them and our pytest tests (`map_markdown`, in the notebook and the course map).
+练习 A has the learner write the isolation fixture, judged by `judge_isolation`: three
+real tests side by side, then the databases and keys left behind counted; 练习 B asks for
+the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
+subprocess plumbing nor the judges are what the chapter is about, so they live here.
 """
 
 from __future__ import annotations

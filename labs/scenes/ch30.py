@@ -15,6 +15,10 @@ What the notebook sees of each process is also written to `Processes.timeline`, 
 (or as its log says), the signals it got, its drain, the result it committed and its exit
 code — the swimlane of the processes' lifetimes (`timeline.plot()`), the book's timeline
 of a takeover across processes.
+
+练习 B has the learner write the process's drain (`teamdesk.tasks.runner.Drain`, W4);
+`judge_drain` runs it in two real processes (`labs.drain_worker`, the product's seam) and
+names what broke.
 """
 
 from __future__ import annotations
