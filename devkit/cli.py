@@ -7,7 +7,7 @@
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
     teamdesk demo race                  the takeover race, narrated in the terminal
-    teamdesk rules [ID ...]             the contract's rules: code, tests, notebooks
+    teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
 
 The product's own commands (`db`, `seed`, `tasks`, `worker`) are `teamdesk.cli`'s; this
 module adds the dev environment's (`services`, `lab`, `demo`, `rules`) and gives every
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devkit import services
+from devkit import i18n, services
 from devkit.lab import add_lab
 from teamdesk import cli as product
 from teamdesk.config import Settings
@@ -115,22 +115,28 @@ def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_rules(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
     """The rules of RULES.md with their places, computed from the sources (no services
-    needed). Exit 1 names the rules no test cites: a rule nobody proves is a gap."""
+    needed), in `--lang`'s texts and words (default: the edition's, `devkit.i18n.lang()`;
+    `zh` reads RULES.zh-CN.md). Exit 1 names the rules no test cites: a rule nobody proves
+    is a gap."""
     from devkit import rules
 
+    lang = args.lang or i18n.lang()
     root = Path(args.root).resolve() if args.root else rules.PROJECT_ROOT
-    reports = rules.index(root)
-    chosen = rules.select(args.ids, reports) if args.ids else list(reports.values())
+    reports = rules.index(root, lang)
+    chosen = rules.select(args.ids, reports, lang) if args.ids else list(reports.values())
     if args.ids:
         print("\n\n".join(r.text() for r in chosen))
     else:
-        product.print_table(rules.table(chosen))
+        print(rules.table_text(rules.table(chosen, lang)))
     missing = rules.untested({r.rule.id: r for r in chosen})
     if missing:
-        print(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}")
+        print(i18n.say(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}",
+                       f"\n没有任何测试引用的规则有 {len(missing)} 条：{'、'.join(missing)}",
+                       lang=lang))
         return 1
     if not args.ids:
-        print(f"\nevery one of the {len(chosen)} rules is cited by at least one test")
+        print(i18n.say(f"\nevery one of the {len(chosen)} rules is cited by at least one test",
+                       f"\n全部 {len(chosen)} 条规则都至少有一个测试引用", lang=lang))
     return 0
 
 
@@ -138,7 +144,37 @@ def add_rules(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = sub.add_parser("rules", help="the contract's rules: where each lives, proven, shown")
     r.add_argument("ids", nargs="*", metavar="ID", help="rule ids (default: a table of all)")
     r.add_argument("--root", help="project checkout to scan (default: this package's)")
+    r.add_argument("--lang", choices=["zh", "en"],
+                   help="zh: the texts of RULES.zh-CN.md and Chinese words; en: RULES.md "
+                        "(default: the edition's — TEAMDESK_LANG, else a folder named zh, "
+                        "else en)")
     r.set_defaults(func=cmd_rules)
+
+
+# ---------------------------------------------------------------- editions
+
+def cmd_editions(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk editions`: build the 中文 edition (`notebooks/zh/`) from the notebooks and
+    their catalogues (`devkit.editions`); `--draft NAME` writes a catalogue to translate.
+    Exit 1 when an edition is not whole (a cell untranslated, stale or changing code)."""
+    from devkit import editions
+    from devkit.lab import project_dir
+
+    root = project_dir()
+    if args.draft:
+        print(f"wrote {editions.draft(root, args.draft).relative_to(root)}")
+        return 0
+    builds = editions.build_all(root)
+    for name, built in builds.items():
+        print(f"notebooks/zh/{name}.ipynb" + ("" if not built.problems else
+              "  ✗ " + "; ".join(built.problems)))
+    return 1 if any(b.problems for b in builds.values()) else 0
+
+
+def add_editions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    e = sub.add_parser("editions", help="build the 中文 edition of the notebooks")
+    e.add_argument("--draft", metavar="NAME", help="write NAME's catalogue for a translator")
+    e.set_defaults(func=cmd_editions)
 
 
 # ---------------------------------------------------------------- main
@@ -147,7 +183,7 @@ def add_rules(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 #: environment's, as the command always showed them).
 COMMANDS: tuple[product.AddCommand, ...] = (
     add_services, product.add_db, product.add_seed, add_lab, product.add_worker, add_demo,
-    product.add_tasks, add_rules)
+    product.add_tasks, add_rules, add_editions)
 
 
 def build_parser() -> argparse.ArgumentParser:

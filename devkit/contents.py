@@ -17,13 +17,16 @@ from tornado.web import HTTPError
 
 #: The folder (relative to the lab's root) whose notebooks the lab never writes.
 PROTECTED_DIR = "notebooks"
+#: The edition folders inside it (`devkit.editions`), protected as well.
+EDITION_DIRS = ("zh",)
 
 
 def protected(path: str) -> bool:
     """Whether `path` (relative to the root, as Jupyter passes it) is a repository
-    notebook."""
+    notebook: `notebooks/NAME.ipynb`, or an edition's `notebooks/zh/NAME.ipynb`."""
     parts = [p for p in path.strip("/").split("/") if p]
-    return len(parts) == 2 and parts[0] == PROTECTED_DIR and parts[1].endswith(".ipynb")
+    return (len(parts) in (2, 3) and parts[0] == PROTECTED_DIR and parts[-1].endswith(".ipynb")
+            and (len(parts) == 2 or parts[1] in EDITION_DIRS))
 
 
 class LabContentsManager(AsyncLargeFileManager):
@@ -39,10 +42,9 @@ class LabContentsManager(AsyncLargeFileManager):
 
     async def save(self, model: dict[str, Any], path: str = "") -> dict[str, Any]:
         if protected(path):
-            name = path.strip("/").split("/")[-1]
-            raise HTTPError(403, f"{path} is the repository's copy (CI compares it "
-                                 f"cell by cell), so the lab does not save it. Your own "
-                                 f"copy is my-notebooks/{name}.")
+            mine = "my-notebooks/" + "/".join(path.strip("/").split("/")[1:])
+            raise HTTPError(403, f"{path} is the repository's copy (CI checks it), so the "
+                                 f"lab does not save it. Your own copy is {mine}.")
         return await super().save(model, path)
 
     async def rename_file(self, old_path: str, new_path: str) -> None:

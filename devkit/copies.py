@@ -12,6 +12,10 @@ works in `my-notebooks/` instead (git-ignored), made on first use from `notebook
 An existing copy is never written again; `teamdesk lab --fresh 26b` (or `--fresh all`)
 puts the old one aside in `my-notebooks/.replaced/` and makes a new copy. Nothing here
 writes into `notebooks/` (the lab also opens those read-only: `devkit.contents`).
+
+One folder per edition (`devkit.editions`): the English copies in `my-notebooks/`, the
+中文 ones in `my-notebooks/zh/`, made from `notebooks/zh/` (a notebook whose 中文 edition
+is not written yet is copied from the English one, so the course is whole in both).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from devkit import i18n
 
 #: The learner's folder, beside `notebooks/` (same depth, so relative paths still work).
 LEARNER_DIR = "my-notebooks"
@@ -41,13 +47,18 @@ class CopyReport:
     replaced: list[str] = field(default_factory=list)
 
 
-def source_notebooks(project: Path) -> list[Path]:
-    """The chapter notebooks of `project/notebooks`, in course order (00, 23, …, 90)."""
-    return sorted((project / "notebooks").glob("[0-9]*.ipynb"))
+def source_notebooks(project: Path, lang: str = "en") -> list[Path]:
+    """The chapter notebooks of edition `lang`, in course order (00, 23, …, 90)."""
+    english = sorted((project / "notebooks").glob("[0-9]*.ipynb"))
+    if lang == "en":
+        return english
+    return [e if not (project / "notebooks" / lang / e.name).exists()
+            else project / "notebooks" / lang / e.name for e in english]
 
 
-def learner_dir(project: Path) -> Path:
-    return project / LEARNER_DIR
+def learner_dir(project: Path, lang: str = "en") -> Path:
+    """The learner's folder of edition `lang`: `my-notebooks/`, `my-notebooks/zh/`."""
+    return project / LEARNER_DIR if lang == "en" else project / LEARNER_DIR / lang
 
 
 def learner_copy(nb: dict[str, Any]) -> dict[str, Any]:
@@ -82,13 +93,13 @@ def _make(source: Path, target: Path) -> None:
     write_notebook(target, learner_copy(json.loads(source.read_text(encoding="utf-8"))))
 
 
-def ensure_copies(project: Path) -> CopyReport:
-    """Make the copies that do not exist yet; never touch one that does (it may hold the
-    learner's work)."""
-    target_dir = learner_dir(project)
-    target_dir.mkdir(exist_ok=True)
+def ensure_copies(project: Path, lang: str = "en") -> CopyReport:
+    """Make the copies of edition `lang` that do not exist yet; never touch one that does
+    (it may hold the learner's work)."""
+    target_dir = learner_dir(project, lang)
+    target_dir.mkdir(parents=True, exist_ok=True)
     report = CopyReport()
-    for source in source_notebooks(project):
+    for source in source_notebooks(project, lang):
         target = target_dir / source.name
         if target.exists():
             report.kept.append(source.name)
@@ -98,11 +109,11 @@ def ensure_copies(project: Path) -> CopyReport:
     return report
 
 
-def resolve_names(project: Path, names: Iterable[str]) -> list[Path]:
+def resolve_names(project: Path, names: Iterable[str], lang: str = "en") -> list[Path]:
     """The source notebooks `names` ask for: `all`, or a file name with or without
     `.ipynb`, or its prefix before the first dash (`26b`). Unknown → `ValueError` listing
     the choices."""
-    sources = source_notebooks(project)
+    sources = source_notebooks(project, lang)
     chosen: list[Path] = []
     for name in names:
         if name == "all":
@@ -116,12 +127,13 @@ def resolve_names(project: Path, names: Iterable[str]) -> list[Path]:
     return chosen
 
 
-def fresh_copies(project: Path, names: Iterable[str]) -> CopyReport:
+def fresh_copies(project: Path, names: Iterable[str], lang: str = "en") -> CopyReport:
     """A fresh copy of each notebook `names` ask for (see `resolve_names`); an existing
-    copy is moved to `my-notebooks/.replaced/<name>.<time>.ipynb` first, never deleted."""
-    sources = resolve_names(project, names)
-    target_dir = learner_dir(project)
-    target_dir.mkdir(exist_ok=True)
+    copy is moved to `my-notebooks/[zh/].replaced/<name>.<time>.ipynb` first, never
+    deleted."""
+    sources = resolve_names(project, names, lang)
+    target_dir = learner_dir(project, lang)
+    target_dir.mkdir(parents=True, exist_ok=True)
     report = CopyReport()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for source in sources:
@@ -139,15 +151,16 @@ def fresh_copies(project: Path, names: Iterable[str]) -> CopyReport:
 def fresh(*names: str) -> None:
     """From a notebook cell: `fresh("26b")` (or `fresh("all")`) replaces your copy with a
     fresh one, keeping the old one in `my-notebooks/.replaced/`. Close the notebook's tab
-    and open it again to see the fresh copy."""
+    and open it again to see the fresh copy. The edition is the cell's (`devkit.i18n`)."""
     project = Path(__file__).resolve().parents[1]
-    print(describe(fresh_copies(project, names or ("all",)), project))
+    lang = i18n.lang()
+    print(describe(fresh_copies(project, names or ("all",), lang), project, lang))
     print("close the notebook's tab and open it again from the file browser")
 
 
-def describe(report: CopyReport, project: Path) -> str:
+def describe(report: CopyReport, project: Path, lang: str = "en") -> str:
     """One or two lines for the lab command's output."""
-    where = learner_dir(project)
+    where = learner_dir(project, lang)
     parts = []
     if report.created:
         parts.append(f"made {len(report.created)} fresh learner cop"

@@ -23,7 +23,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from devkit import copies
+from devkit import copies, i18n
 from teamdesk.cli import PORT, SettingsResolver, seed_team
 
 
@@ -36,6 +36,11 @@ def project_dir() -> Path:
 
 #: The notebook a learner's browser opens on, relative to the lab's root: their own copy.
 START_NOTEBOOK = f"{copies.LEARNER_DIR}/00-start-here.ipynb"
+
+
+def start_notebook(lang: str = "en") -> str:
+    """`START_NOTEBOOK` of edition `lang` (`my-notebooks/zh/00-start-here.ipynb`)."""
+    return START_NOTEBOOK if lang == "en" else f"{copies.LEARNER_DIR}/{lang}/00-start-here.ipynb"
 
 
 #: JupyterLab settings the lab ships: `labconfig/default_setting_overrides.json` there turns
@@ -57,10 +62,10 @@ def lab_hide_globs() -> list[str]:
     return [*defaults, *(g for g in LAB_HIDDEN_FILES if g not in defaults)]
 
 
-def lab_ui_args() -> list[str]:
-    """What a learner first sees: their copy of 00-start-here open, the repository's
-    notebooks read-only, the harness files not listed."""
-    return [f"--LabApp.default_url=/lab/tree/{START_NOTEBOOK}",
+def lab_ui_args(lang: str = "en") -> list[str]:
+    """What a learner first sees: their copy of 00-start-here open (in edition `lang`), the
+    repository's notebooks read-only, the harness files not listed."""
+    return [f"--LabApp.default_url=/lab/tree/{start_notebook(lang)}",
             "--ServerApp.contents_manager_class=devkit.contents.LabContentsManager",
             *(f"--ContentsManager.hide_globs={g}" for g in lab_hide_globs())]
 
@@ -79,10 +84,11 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     from teamdesk.db.migrate import upgrade
 
     root = project_dir()
+    lang = args.lang or i18n.system_lang()
     # The learner's copies first: a misspelt --fresh name fails before anything starts.
-    report = (copies.fresh_copies(root, args.fresh) if args.fresh
-              else copies.ensure_copies(root))
-    print(copies.describe(report, root))
+    report = (copies.fresh_copies(root, args.fresh, lang) if args.fresh
+              else copies.ensure_copies(root, lang))
+    print(copies.describe(report, root, lang))
     print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
     settings = resolve()
     upgrade(settings.database_url)
@@ -90,7 +96,7 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args()]
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", *lab_ui_args(lang)]
     use_lab_settings(os.environ)
     if args.no_browser or not os.environ.get("DISPLAY"):
         cmd.append("--no-browser")
@@ -99,9 +105,12 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
     # shows to every local account.
     token = secrets.token_hex(16)
-    print(f"lab root {root}: your notebooks are in {copies.LEARNER_DIR}/ (yours to edit); "
-          "notebooks/ shows a finished run, read-only")
-    print(f"open http://127.0.0.1:{port}/lab/tree/{START_NOTEBOOK}?token={token}")
+    mine = copies.learner_dir(root, lang).relative_to(root)
+    other = "en" if lang == "zh" else "zh"
+    print(f"lab root {root}: your notebooks ({'中文版' if lang == 'zh' else 'English'}) are "
+          f"in {mine}/ (yours to edit); notebooks/ shows a finished run, read-only; "
+          f"--lang {other} opens the other edition")
+    print(f"open http://127.0.0.1:{port}/lab/tree/{start_notebook(lang)}?token={token}")
     print("Ctrl-C stops JupyterLab and releases the services")
 
     def interrupt(signum: int, frame: object) -> None:
@@ -133,4 +142,7 @@ def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="replace your copy of these notebooks (e.g. 26b, or all) with a "
                           f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
                           f"{copies.REPLACED_DIR}/")
+    lab.add_argument("--lang", choices=i18n.LANGS,
+                     help="the edition to open: zh (中文) or en; default from the system "
+                          "locale (zh* → zh)")
     lab.set_defaults(func=cmd_lab)

@@ -1,7 +1,11 @@
 """The contract's rules inside the project: their texts, and where each one lives.
 
 `RULES.md` at the project root is the one source of the rule texts (id, title, statement,
-why it matters). Everything else here is *computed* from the sources, never hand-kept:
+why it matters), and `RULES.zh-CN.md` its 中文 companion: the same ids in the same order with
+the same tags, read for `lang="zh"`. The language is the edition's (`devkit.i18n.lang()`:
+`TEAMDESK_LANG`, else a notebook folder named `zh`, else English) unless `lang=` says
+otherwise; it chooses the texts and the report's own words, never the places. Everything
+else here is *computed* from the sources, never hand-kept:
 
 - code places — functions/classes in `teamdesk/**/*.py` (the product) and `devkit/**/*.py`
   (the dev environment: S1–S3 live there) whose docstring or comments cite the id, as
@@ -18,7 +22,8 @@ A citation is a whole word: `P1` does not match `P12` or `P1x`. A range such as 
 (en dash or hyphen) cites every id in it, as the product's module docstrings use them.
 
     from devkit import rules
-    rules.explain("P3")          # in a notebook it renders as markdown
+    rules.explain("P3")             # in a notebook it renders as markdown
+    rules.explain("P3", lang="zh")  # the 中文 text, the same places
 """
 
 from __future__ import annotations
@@ -28,18 +33,25 @@ import io
 import json
 import re
 import tokenize
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from devkit import i18n
 
 #: The checkout this module belongs to (it sits at `<root>/devkit/rules.py`), so the
 #: command works from any working directory of the checkout.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = "RULES.md"
+#: The rule texts of each edition's language; every one has RULES.md's ids, order and tags.
+RULES_FILES = {"en": RULES_FILE, "zh": "RULES.zh-CN.md"}
 
+#: `*Why:*` in English, `*为什么：*` in 中文 (either is accepted in either file).
 _ENTRY = re.compile(
     r"^- \*\*(?P<id>[A-Z]\d{1,2})\*\* \*(?P<title>[^*]+)\*"
-    r"(?P<tags>(?: \((?:ours|inferred)\))*) — (?P<statement>.+?) \*Why:\* (?P<why>.+)$")
+    r"(?P<tags>(?: \((?:ours|inferred)\))*) — (?P<statement>.+?) \*(?:Why:|为什么：)\* "
+    r"(?P<why>.+)$")
 _GROUP = re.compile(r"^## (?P<name>.+)$")
 #: A candidate id: an upper-case letter and one or two digits, not inside a longer word.
 _WORD = re.compile(r"(?<![A-Za-z0-9_])([A-Z]\d{1,2})(?![A-Za-z0-9_])")
@@ -51,6 +63,16 @@ _HEADING = re.compile(r"^#{1,6}\s+(?P<text>.+?)\s*#*\s*$", re.MULTILINE)
 
 class UnknownRule(ValueError):
     """An id that is not in RULES.md; the message lists the valid ones."""
+
+
+def _lang(lang: str | None) -> str:
+    """`lang` when given (`zh` or `en`), else the edition's language now."""
+    if lang is None:
+        return i18n.lang()
+    chosen = lang.strip().lower()
+    if chosen not in i18n.LANGS:
+        raise ValueError(f"unknown language {lang!r}; one of: {', '.join(i18n.LANGS)}")
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -72,17 +94,27 @@ class RuleReport:
     code: list[str] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
     notebooks: list[str] = field(default_factory=list)
+    #: The language of the texts and of the report's own words ("en" or "zh").
+    lang: str = "en"
+
+    def _say(self, en: str, zh: str) -> str:
+        return i18n.say(en, zh, lang=self.lang)
 
     def _title(self) -> str:
         tags = "".join(f" ({t})" for t in self.rule.tags)
         return f"{self.rule.id} — {self.rule.title}{tags}"
 
+    def _kinds(self) -> tuple[tuple[str, list[str]], ...]:
+        return ((self._say("code", "代码"), self.code), (self._say("tests", "测试"), self.tests),
+                (self._say("notebooks", "笔记本单元格"), self.notebooks))
+
     def text(self) -> str:
         r = self.rule
-        lines = [self._title(), f"  {r.statement}", f"  Why: {r.why}"]
-        for label, places in (("code", self.code), ("tests", self.tests),
-                              ("notebooks", self.notebooks)):
-            lines.append(f"  {label} ({len(places)}):" + ("" if places else " none"))
+        lines = [self._title(), f"  {r.statement}",
+                 f"  {self._say('Why: ', '为什么：')}{r.why}"]
+        for label, places in self._kinds():
+            lines.append(f"  {label} ({len(places)}):" + ("" if places else
+                                                          self._say(" none", " 无")))
             lines.extend(f"    {p}" for p in places)
         return "\n".join(lines)
 
@@ -94,23 +126,34 @@ class RuleReport:
 
     def _repr_markdown_(self) -> str:
         r = self.rule
-        out = [f"**{self._title()}**", "", r.statement, "", f"*Why:* {r.why}", ""]
-        for label, places in (("code", self.code), ("tests", self.tests),
-                              ("notebooks", self.notebooks)):
+        out = [f"**{self._title()}**", "", r.statement, "",
+               f"{self._say('*Why:* ', '*为什么：*')}{r.why}", ""]
+        for label, places in self._kinds():
             out.append(f"- {label} ({len(places)}): " + (
-                ", ".join(f"`{p}`" for p in places) if places else "none"))
+                ", ".join(f"`{p}`" for p in places) if places else self._say("none", "无")))
         return "\n".join(out)
 
 
 # ---------------------------------------------------------------- the texts
 
 
-def load_rules(root: Path | None = None) -> dict[str, Rule]:
-    """The rules of `<root>/RULES.md`, in file order. A line that starts like an entry but
-    does not parse, or an id given twice, is an error rather than a silently lost rule."""
-    path = (root or PROJECT_ROOT) / RULES_FILE
+def rules_path(root: Path | None = None, lang: str | None = None) -> Path:
+    """The rule texts of `lang` (default: the edition's) under `root`: `RULES.zh-CN.md` for
+    `zh`, `RULES.md` otherwise — and `RULES.md` too in a tree without the translation (a
+    checkout of its own, such as a test's), so a rule is never lost for want of one."""
+    root = root or PROJECT_ROOT
+    path = root / RULES_FILES[_lang(lang)]
+    return path if path.is_file() else root / RULES_FILE
+
+
+def load_rules(root: Path | None = None, lang: str | None = None) -> dict[str, Rule]:
+    """The rules of `<root>/RULES.md` (`RULES.zh-CN.md` for `lang="zh"`; default: the
+    edition's language), in file order. A line that starts like an entry but does not
+    parse, or an id given twice, is an error rather than a silently lost rule."""
+    path = rules_path(root, lang)
     if not path.is_file():
         raise FileNotFoundError(f"no {RULES_FILE} at {path.parent}: the rule texts live there")
+    name = path.name
     rules: dict[str, Rule] = {}
     group = ""
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -121,10 +164,10 @@ def load_rules(root: Path | None = None) -> dict[str, Rule]:
             continue
         m = _ENTRY.match(line)
         if m is None:
-            raise ValueError(f"{RULES_FILE}:{n}: not a rule entry "
+            raise ValueError(f"{name}:{n}: not a rule entry "
                              "(expected `- **ID** *title* (tags) — statement *Why:* reason`)")
         if m["id"] in rules:
-            raise ValueError(f"{RULES_FILE}:{n}: rule {m['id']} is defined twice")
+            raise ValueError(f"{name}:{n}: rule {m['id']} is defined twice")
         tags = tuple(re.findall(r"\((ours|inferred)\)", m["tags"]))
         rules[m["id"]] = Rule(m["id"], m["title"].strip(), m["statement"].strip(),
                               m["why"].strip(), group, tags)
@@ -308,14 +351,17 @@ def scan_notebooks(root: Path, known: Iterable[str]) -> dict[str, list[str]]:
 # ---------------------------------------------------------------- the index
 
 
-def index(root: Path | None = None) -> dict[str, RuleReport]:
-    """Every rule of RULES.md with its code, test and notebook places (computed now)."""
+def index(root: Path | None = None, lang: str | None = None) -> dict[str, RuleReport]:
+    """Every rule of RULES.md with its code, test and notebook places (computed now), in
+    `lang`'s texts and words (default: the edition's); the places do not depend on it."""
     root = (root or PROJECT_ROOT).resolve()
-    rules = load_rules(root)
+    chosen = _lang(lang)
+    rules = load_rules(root, chosen)
     code = scan_code(root, rules)
     tests = scan_tests(root, rules)
     notebooks = scan_notebooks(root, rules)
-    return {i: RuleReport(r, code[i], tests[i], notebooks[i]) for i, r in rules.items()}
+    return {i: RuleReport(r, code[i], tests[i], notebooks[i], chosen)
+            for i, r in rules.items()}
 
 
 def untested(reports: dict[str, RuleReport]) -> list[str]:
@@ -323,31 +369,61 @@ def untested(reports: dict[str, RuleReport]) -> list[str]:
     return [i for i, r in reports.items() if not r.tests]
 
 
-def _check_ids(ids: Iterable[str], valid: Iterable[str]) -> list[str]:
+def _check_ids(ids: Iterable[str], valid: Iterable[str], lang: str | None = None) -> list[str]:
     valid = list(valid)
     wanted = [i.strip().upper() for i in ids]
     unknown = [i for i in wanted if i not in valid]
     if unknown:
-        raise UnknownRule(f"unknown rule id(s) {', '.join(unknown)}; valid ids: "
-                          f"{' '.join(valid)}")
+        raise UnknownRule(i18n.say(f"unknown rule id(s) {', '.join(unknown)}; valid ids: "
+                              f"{' '.join(valid)}",
+                              f"没有这样的规则编号：{'、'.join(unknown)}；有效的编号："
+                              f"{' '.join(valid)}", lang=_lang(lang)))
     return wanted
 
 
-def explain(rule_id: str, root: Path | None = None) -> RuleReport:
-    """One rule and where it lives. In a notebook the returned report renders as markdown;
-    `print(...)` gives the text block. Unknown id → `UnknownRule` naming the valid ids."""
-    reports = index(root)
-    (wanted,) = _check_ids([rule_id], reports)
+def explain(rule_id: str, root: Path | None = None, lang: str | None = None) -> RuleReport:
+    """One rule and where it lives, in `lang` (`"zh"` or `"en"`; default: the edition's).
+    In a notebook the returned report renders as markdown; `print(...)` gives the text
+    block. Unknown id → `UnknownRule` naming the valid ids."""
+    chosen = _lang(lang)
+    reports = index(root, chosen)
+    (wanted,) = _check_ids([rule_id], reports, chosen)
     return reports[wanted]
 
 
-def select(ids: Iterable[str], reports: dict[str, RuleReport]) -> list[RuleReport]:
-    """The reports of `ids` (case-insensitive), or `UnknownRule`."""
-    return [reports[i] for i in _check_ids(ids, reports)]
+def select(ids: Iterable[str], reports: dict[str, RuleReport],
+           lang: str | None = None) -> list[RuleReport]:
+    """The reports of `ids` (case-insensitive), or `UnknownRule` (worded in `lang`)."""
+    return [reports[i] for i in _check_ids(ids, reports, lang)]
 
 
-def table(reports: Iterable[RuleReport]) -> list[dict[str, object]]:
-    """Rows for `teamdesk rules`: id, title, and how many places of each kind."""
-    return [{"id": r.rule.id, "title": r.rule.title + "".join(f" ({t})" for t in r.rule.tags),
-             "code": len(r.code), "tests": len(r.tests), "notebooks": len(r.notebooks)}
+def table(reports: Iterable[RuleReport], lang: str | None = None) -> list[dict[str, object]]:
+    """Rows for `teamdesk rules`: id, title, and how many places of each kind; the column
+    names are `lang`'s (default: the edition's)."""
+    chosen = _lang(lang)
+    rule_id, title, code, tests, notebooks = (
+        ("id", "title", "code", "tests", "notebooks") if chosen == "en" else
+        ("编号", "标题", "代码", "测试", "笔记本单元格"))
+    return [{rule_id: r.rule.id, title: r.rule.title + "".join(f" ({t})" for t in r.rule.tags),
+             code: len(r.code), tests: len(r.tests), notebooks: len(r.notebooks)}
             for r in reports]
+
+
+def _width(text: str) -> int:
+    """Terminal columns: a 中文 character (east-asian wide or full-width) takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def table_text(rows: list[dict[str, object]]) -> str:
+    """`rows` as a plain text table whose columns line up in a terminal with 中文 titles
+    too (the same layout as the product's `print_table` for ASCII)."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    widths = {c: max(_width(c), *(_width(str(r[c])) for r in rows)) for c in cols}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(v + " " * (widths[c] - _width(v)) for c, v in zip(cols, cells,
+                                                                          strict=True))
+
+    return "\n".join([line(cols)] + [line([str(r[c]) for c in cols]) for r in rows])

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from devkit.i18n import say
 from labs import tables
 
 
@@ -78,28 +79,36 @@ class Case:
     def show(self) -> None:
         """Print the evidence (in a notebook, each frame is also displayed as a table)."""
         _display(f"## {self.spec.title} — task {self.task_id}", self.ledger, self.board)
-        print("log lines of this task:" if self.log else "no log line names this task")
+        print(say("log lines of this task:", "这个任务的日志行：") if self.log
+              else say("no log line names this task", "没有日志行提到这个任务"))
         for line in self.log:
             print("  " + line)
-        print("causes to choose from:")
+        print(say("causes to choose from:", "可选的原因："))
         for key, text in self.spec.choices.items():
             print(f"  {key!r}: {text}")
 
     def judge(self, *, cause: str | None, rule: str | None) -> Verdict:
         """Right when `cause` is the case's cause key and `rule` one of its rule ids."""
         if cause is None or rule is None:
-            return Verdict(False, "not attempted yet: name a cause (a key of case.choices) "
-                                  "and a rule id (e.g. \"P5\")")
+            return Verdict(False, say("not attempted yet: name a cause (a key of case.choices) "
+                                      "and a rule id (e.g. \"P5\")",
+                                      "还没尝试：写下一个原因（case.choices 的一个键）"
+                                      "和一个规则编号（例如 \"P5\"）"))
         if cause not in self.spec.choices:
-            return Verdict(False, f"✗ {cause!r} is not one of the choices: "
-                                  f"{', '.join(map(repr, self.spec.choices))}")
+            keys = ", ".join(map(repr, self.spec.choices))
+            return Verdict(False, say(f"✗ {cause!r} is not one of the choices: {keys}",
+                                      f"✗ {cause!r} 不在可选项里：{keys}"))
         rule_ok = str(rule).strip().upper() in self.spec.rules
         if cause != self.spec.cause:
-            return Verdict(False, f"✗ not {cause!r}: look again at the evidence "
-                                  "(which execution wrote last, and what the queue says)")
+            return Verdict(False, say(f"✗ not {cause!r}: look again at the evidence "
+                                      "(which execution wrote last, and what the queue says)",
+                                      f"✗ 不是 {cause!r}：再看看证据（最后是哪次执行写的，"
+                                      "队列又怎么说）"))
         if not rule_ok:
-            return Verdict(False, f"✗ the cause is right, but {rule} is not the rule that "
-                                  "explains it (see RULES.md)")
+            return Verdict(False, say(f"✗ the cause is right, but {rule} is not the rule that "
+                                      "explains it (see RULES.md)",
+                                      f"✗ 原因对了，但 {rule} 不是解释它的那条规则"
+                                      "（见 RULES.zh-CN.md）"))
         return Verdict(True, f"✓ {self.spec.choices[cause]} — {self.spec.why}")
 
 

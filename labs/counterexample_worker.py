@@ -1,18 +1,31 @@
 """A `teamdesk worker` process with a counterexample switched on — for one lab run only.
 
     python -m labs.counterexample_worker legacy-failed-listener worker --name w1 ...
+    python -m labs.counterexample_worker lease-less-export worker --name w1 ...
 
 The product is not changed, and none of its names is rebound: this entry point runs the
 ordinary `teamdesk` command line with the remaining arguments and passes it a worker hook
 (`teamdesk.cli.main(argv, on_worker=...)` → `run_worker_process`, W1's worker), which adds
-the counterexample to the process's task worker before it takes a job. Only processes
-started this way (by `labs.chaos` with `ChaosConfig(counterexample=...)`) carry it.
+the counterexample to the process's task worker before it takes a job, or a fence
+(`teamdesk.cli.main(argv, fence=...)`, the `fence=` seam of `create_task_worker`, P3).
+Only processes started this way (by `labs.chaos` with `ChaosConfig(counterexample=...)`,
+through `labs.chaos.worker`) carry it.
 
 `legacy-failed-listener` — the old `failed` callback that ch. 26 §7 retired (contract W2):
 when the queue gives up on a job it sets the task FAILED by `task_id + run`, with the
 error's own text, and no lease. The event carries no `execution_id`, so this write can
 overwrite a rejection's fixed text (P8), or fail a task that a newer executor now owns
 (W3). `tests/integration/test_worker_recovery.py` shows the second in a gated race.
+
+`lease-less-export` — the export's writes as they were before the lease: progress and
+the final CSV by `task_id + run`, without `execution_id` or `status = 'RUNNING'`, and no
+row count looked at (the book, ch. 26 §4: "最终 CSV 写入也带 lease+RUNNING，旧结果无法
+无条件覆盖新结果" — with the lease, an old result cannot overwrite the new one; without
+it, it can). An old execution E1 that wakes up after E2 took the task over writes its
+CSV over E2's newer lease or result (breaks P3, P5; `task_id + run` is not a lease, W2).
+It goes through the worker's `fence=` seam (`teamdesk.cli.main(argv, fence=...)` →
+`run_worker_process` → `create_task_worker`); every other fenced write keeps the
+product's `leased_update`.
 """
 
 from __future__ import annotations
@@ -22,7 +35,11 @@ import logging
 import sys
 from typing import Any
 
+import psycopg
+
+from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import Ledger
+from teamdesk.tasks.runner import WorkerHook
 from teamdesk.tasks.worker import TaskWorker, is_exhausted
 
 log = logging.getLogger("labs.counterexample")
@@ -66,18 +83,57 @@ def add_legacy_listener(worker: TaskWorker) -> None:
     log.warning("counterexample.installed legacy-failed-listener")
 
 
-#: name → the worker hook that switches it on.
-COUNTEREXAMPLES = {"legacy-failed-listener": add_legacy_listener}
+# The export's writes before the lease: by task id + run, whatever the status (P3, P5
+# broken on purpose). Same SET lists as the product's `progress` and `export_result`.
+_LEASELESS = {
+    "progress": ("UPDATE background_tasks SET progress = %(progress)s "
+                 "WHERE id = %(task_id)s AND run = %(run)s"),
+    "export_result": ("UPDATE background_tasks SET status = 'COMPLETED', progress = 100, "
+                      "result_csv = %(result_csv)s, result_summary = %(result_summary)s, "
+                      "expires_at = now() + make_interval(secs => %(ttl_s)s), "
+                      "execution_id = NULL WHERE id = %(task_id)s AND run = %(run)s"),
+}
+
+
+async def leaseless_export(conn: Any, lease: Lease, statement: str | None = None, *,
+                           during: str = "write", **values: Any) -> None:
+    """A `teamdesk.tasks.lease.Fence` with the export's progress and result written by
+    `task_id + run` only, the row count ignored; any other write is the product's."""
+    if statement not in _LEASELESS or not isinstance(conn, psycopg.AsyncConnection):
+        return await leased_update(conn, lease, statement, during=during, **values)
+    params = {**values, "task_id": lease.task_id, "run": lease.run}
+    result = await conn.execute(_LEASELESS[statement], params)  # type: ignore[arg-type]
+    log.warning("counterexample.leaseless_write task_id=%s run=%s execution_id=%s "
+                "during=%s rows=%s", lease.task_id, lease.run, lease.execution_id, during,
+                result.rowcount)
+
+
+#: name → the worker hook that switches it on (a listener of its own).
+COUNTEREXAMPLES: dict[str, WorkerHook] = {"legacy-failed-listener": add_legacy_listener}
+#: name → the fence it runs instead of the product's (`fence=` of the worker).
+FENCES: dict[str, Fence] = {"lease-less-export": leaseless_export}
+#: Every counterexample a worker process can be started with.
+NAMES: tuple[str, ...] = (*COUNTEREXAMPLES, *FENCES)
+
+
+def change(name: str | None) -> tuple[WorkerHook | None, Fence | None]:
+    """(hook, fence) that switch counterexample `name` on; (None, None) for none."""
+    if name is None:
+        return None, None
+    if name not in NAMES:
+        raise ValueError(f"unknown counterexample {name!r}; choose from {NAMES}")
+    return COUNTEREXAMPLES.get(name), FENCES.get(name)
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in COUNTEREXAMPLES:
-        print(f"usage: python -m labs.counterexample_worker {{{','.join(COUNTEREXAMPLES)}}} "
+    if not argv or argv[0] not in NAMES:
+        print(f"usage: python -m labs.counterexample_worker {{{','.join(NAMES)}}} "
               "worker [teamdesk worker options]", file=sys.stderr)
         return 2
     from teamdesk.cli import main as teamdesk_main
 
-    return teamdesk_main(argv[1:], on_worker=COUNTEREXAMPLES[argv[0]])
+    hook, fence = change(argv[0])
+    return teamdesk_main(argv[1:], on_worker=hook, fence=fence)
 
 
 if __name__ == "__main__":

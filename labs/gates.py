@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from devkit.i18n import say
 from teamdesk import probes
 
 DEFAULT_TIMEOUT_S = 8.0
@@ -106,8 +107,9 @@ class Gate:
         try:
             await asyncio.wait_for(self._reached.wait(), timeout or self.timeout)
         except TimeoutError:
-            raise GateTimeout(f"{self!r} was never reached within "
-                              f"{timeout or self.timeout:g} s") from None
+            bound = timeout or self.timeout
+            raise GateTimeout(say(f"{self!r} was never reached within {bound:g} s",
+                                  f"{self!r} 在 {bound:g} 秒内一直没有执行者到达")) from None
         return self.context or {}
 
     def release(self, raising: BaseException | None = None) -> None:
@@ -120,8 +122,9 @@ class Gate:
         try:
             await asyncio.wait_for(self._passed.wait(), timeout or self.timeout)
         except TimeoutError:
-            raise GateTimeout(f"{self!r} was not left within {timeout or self.timeout:g} s") \
-                from None
+            bound = timeout or self.timeout
+            raise GateTimeout(say(f"{self!r} was not left within {bound:g} s",
+                                  f"{self!r} 在 {bound:g} 秒内执行者没有离开")) from None
 
     def close(self) -> None:
         """Uninstall; a paused executor is released so nothing is left hanging."""

@@ -62,6 +62,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from devkit import services
+from devkit.i18n import say
 from devkit.world import World
 from labs import cases, counterexamples, leftovers
 from labs import stage as _stage
@@ -380,7 +381,8 @@ class Lab(ProductCalls):
         it is being thrown away. The new stage keeps the board function. Before any step
         has run there is nothing to start over: it returns this lab as it is."""
         if not self.stage.steps:
-            print("nothing to start over: no step has run yet")
+            print(say("nothing to start over: no step has run yet",
+                      "无需从头再来：还没有运行过任何一步"))
             return self
         board = self.stage.board
         await self.close(check=False)

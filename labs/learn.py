@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from devkit.i18n import say
+
 
 def _norm(value: Any) -> Any:
     if isinstance(value, str):
@@ -33,13 +35,15 @@ def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
     """Compare the learner's guess with what happened; True when they match. Strings are
     compared without case and extra spaces, collections without order."""
     if guess is None:
-        print(f"No guess written — that's fine. What happened: {actual!r}.")
+        print(say(f"No guess written — that's fine. What happened: {actual!r}.",
+                  f"没有写猜测——没关系。实际发生的是：{actual!r}。"))
         matched = False
     elif _norm(guess) == _norm(actual):
-        print(f"Right: {actual!r}.")
+        print(say(f"Right: {actual!r}.", f"猜对了：{actual!r}。"))
         matched = True
     else:
-        print(f"You guessed {guess!r}; what happened: {actual!r}.")
+        print(say(f"You guessed {guess!r}; what happened: {actual!r}.",
+                  f"你猜的是 {guess!r}；实际发生的是：{actual!r}。"))
         matched = False
     if why:
         print(why)
@@ -51,11 +55,14 @@ def check(answer: Any, ok: Callable[[Any], bool | str], *, holds: str) -> bool:
     short reason why not. `holds` is the sentence printed when it does. `ok` is plain
     (not async): read what it needs from the lab first, e.g. `truth = await ...`."""
     if answer is None:
-        print("Not attempted yet — try it above, or open the hidden solution cell below.")
+        print(say("Not attempted yet — try it above, or open the hidden solution cell below.",
+                  "还没尝试——在上面试一试，或者点开下面隐藏的参考答案单元格。"))
         return False
     verdict = ok(answer)
     if verdict is True:
         print(f"✓ {holds}")
         return True
-    print(f"✗ Not yet{': ' + verdict if isinstance(verdict, str) and verdict else '.'}")
+    reason = verdict if isinstance(verdict, str) and verdict else ""
+    print(say(f"✗ Not yet{': ' + reason if reason else '.'}",
+              f"✗ 还不对{'：' + reason if reason else '。'}"))
     return False

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from devkit.i18n import say
+
 
 class Recorder:
     """Every worker event, in order, with a monotonic time."""
@@ -62,8 +64,10 @@ class Recorder:
                     return e
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
-                raise AssertionError(f"no {kind!r} event matching {match} within {timeout:g} s;"
-                                     f" saw {[(e['kind'], e.get('actor')) for e in self.events]}")
+                seen = [(e["kind"], e.get("actor")) for e in self.events]
+                raise AssertionError(say(
+                    f"no {kind!r} event matching {match} within {timeout:g} s; saw {seen}",
+                    f"{timeout:g} 秒内没有符合 {match} 的 {kind!r} 事件；已看到 {seen}"))
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)

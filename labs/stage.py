@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devkit.i18n import say
 from labs import rewind
 from labs.rewind import MARKER
 
@@ -86,8 +87,10 @@ class Stage:
 
     async def replay(self, name: str) -> Any:
         step = self.steps[name]
-        print(f"↻ already done: {name} (step {step.number} of this race; nothing was done "
-              "again). To act again, start the race over.")
+        print(say(f"↻ already done: {name} (step {step.number} of this race; nothing was "
+                  "done again). To act again, start the race over.",
+                  f"↻ 已经做过：{name}（本轮竞争的第 {step.number} 步；这次什么也没做）。"
+                  "要再做一次，请把竞争从头再来。"))
         if self.board is None or self.lab.closed:
             return None
         shown = self.board()
@@ -109,10 +112,11 @@ class Stage:
         todo = rewind.before(script, name)  # an unknown name fails here, before anything
         ns = rewind.namespace()
         steps = sum(c.kind == "step" for c in todo)
-        print(f"⏮ going to: {name} — starting the race over, then replaying {steps} step(s)")
+        print(say(f"⏮ going to: {name} — starting the race over, then replaying {steps} "
+                  "step(s)", f"⏮ 前往：{name}——先把竞争从头再来，再重放 {steps} 步"))
         await rewind.run_source(script[0].source, ns)
         await _replay(todo, ns)
-        print(f"ready: now run the cell of “{name}”")
+        print(say(f"ready: now run the cell of “{name}”", f"准备好了：现在运行“{name}”那个单元格"))
 
     def __repr__(self) -> str:
         done = [s.name for s in self.steps.values() if s.done]
@@ -176,7 +180,8 @@ async def _replay(cells: list[Any], ns: dict[str, Any]) -> None:
                                      f"{err}") from err
         if cell.kind == "step":
             stage.finish(True)
-            print(f"↪ replayed step {step.number}: {cell.name}")
+            print(say(f"↪ replayed step {step.number}: {cell.name}",
+                      f"↪ 已重放第 {step.number} 步：{cell.name}"))
 
 
 async def catch_up(name: str) -> None:
@@ -187,7 +192,8 @@ async def catch_up(name: str) -> None:
         return
     todo = rewind.before(rewind.load_script(stage.lab.name), name)
     missing = [c.name for c in todo if c.kind == "step" and not stage.is_done(c.name)]
-    print(f"↪ first the {len(missing)} earlier step(s) of this race: " + "; ".join(missing))
+    print(say(f"↪ first the {len(missing)} earlier step(s) of this race: ",
+              f"↪ 先补上本轮竞争之前的 {len(missing)} 步：") + "; ".join(missing))
     await _replay(todo, rewind.namespace())
 
 

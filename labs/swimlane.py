@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devkit.i18n import say
+from labs import fonts
+
 COLOURS = {"invoke": "#1f77b4", "ok": "#2ca02c", "fail": "#d62728", "info": "#7f7f7f"}
 MARKERS = {"ok": "o", "fail": "X", "info": "D"}
 GOLD = "#f2b400"
@@ -72,6 +75,8 @@ def _layout(history: Any, lanes: Iterable[str] | None, x: str, lease: bool) -> _
 
 def _figure(lay: _Layout, x: str) -> Any:
     from matplotlib.figure import Figure
+
+    fonts.use_cjk()  # legends and labels may be Chinese
 
     class SwimlaneFigure(Figure):
         def _repr_png_(self) -> bytes:
@@ -155,14 +160,37 @@ def _draw_leases(ax: Any, lay: _Layout) -> None:
         if s.ended_by == "commit":
             ax.scatter([x1], [lane], marker="*", s=320, zorder=4, c=GOLD,
                        edgecolors="black", linewidths=0.8)
-            ax.annotate(f"winning commit: {s.label} ({s.actor}) → COMPLETED",
+            ax.annotate(say(f"winning commit: {s.label} ({s.actor}) → COMPLETED",
+                            f"胜出的提交：{s.label}（{s.actor}）→ COMPLETED"),
                         xy=(x1, lane), xytext=(-6, -16), textcoords="offset points",
                         ha="right", va="top", fontsize=8, fontweight="bold",
                         bbox={"boxstyle": "round,pad=0.25", "fc": "#fff4c2", "ec": GOLD},
                         zorder=5, gid="winner")
         elif s.ended_by == "error report":
-            ax.annotate("released (error reported)", xy=(x1, lane), xytext=(4, -14),
+            ax.annotate(say("released (error reported)", "已释放（错误已报告）"), xy=(x1, lane),
+                        xytext=(4, -14),
                         textcoords="offset points", fontsize=7, color="#555555")
+
+
+#: The legend's words, English and 中文 (the edition's are shown: `devkit.i18n`).
+LEGEND = {
+    "invoke": ("invoke: an operation starts", "invoke：一个操作开始"),
+    "ok": ("ok: it took effect", "ok：已生效"),
+    "fail": ("fail: it certainly did not", "fail：确定没有生效"),
+    "info": ("info: happened / outcome unknown", "info：发生了 / 结果未知"),
+    "claim": ("claim: takes the lease, new En (P2)", "认领：取得租约，新的 En（P2）"),
+    "lost": ("lease lost: fenced write refused (P3)", "失去租约：带条件的写入被拒（P3）"),
+    "commit": ("commit: completion written (P5/P10)", "提交：完成结果已写入（P5/P10）"),
+    "band ok": ("invoke … ok", "invoke … ok（生效）"),
+    "band fail": ("invoke … fail", "invoke … fail（未生效）"),
+    "gate": ("gate: an executor held (paused)", "关卡：执行者被暂停"),
+    "lease": ("lease lane: execution_id in the ledger", "租约泳道：账本中的 execution_id"),
+    "title": ("legend", "图例"),
+}
+
+
+def _word(key: str) -> str:
+    return say(*LEGEND[key])
 
 
 def _legend(ax: Any, with_leases: bool) -> None:
@@ -171,27 +199,23 @@ def _legend(ax: Any, with_leases: bool) -> None:
 
     handles = [
         Line2D([], [], ls="", marker="o", mfc="white", mec=COLOURS["invoke"], mew=1.5,
-               label="invoke: an operation starts"),
-        Line2D([], [], ls="", marker="o", color=COLOURS["ok"], label="ok: it took effect"),
-        Line2D([], [], ls="", marker="X", color=COLOURS["fail"],
-               label="fail: it certainly did not"),
-        Line2D([], [], ls="", marker="D", color=COLOURS["info"],
-               label="info: happened / outcome unknown"),
-        Line2D([], [], ls="", marker="^", ms=9, color=COLOURS["ok"],
-               label="claim: takes the lease, new En (P2)"),
+               label=_word("invoke")),
+        Line2D([], [], ls="", marker="o", color=COLOURS["ok"], label=_word("ok")),
+        Line2D([], [], ls="", marker="X", color=COLOURS["fail"], label=_word("fail")),
+        Line2D([], [], ls="", marker="D", color=COLOURS["info"], label=_word("info")),
+        Line2D([], [], ls="", marker="^", ms=9, color=COLOURS["ok"], label=_word("claim")),
         Line2D([], [], ls="", marker="X", ms=11, color=COLOURS["fail"], mec="black",
-               label="lease lost: fenced write refused (P3)"),
+               label=_word("lost")),
         Line2D([], [], ls="", marker="*", ms=16, color=GOLD, mec="black",
-               label="commit: completion written (P5/P10)"),
-        Line2D([], [], lw=6, alpha=0.3, color=COLOURS["ok"], label="invoke … ok"),
-        Line2D([], [], lw=6, alpha=0.3, color=COLOURS["fail"], label="invoke … fail"),
-        Patch(fc="#bbbbbb", alpha=0.5, hatch="//", label="gate: an executor held (paused)"),
+               label=_word("commit")),
+        Line2D([], [], lw=6, alpha=0.3, color=COLOURS["ok"], label=_word("band ok")),
+        Line2D([], [], lw=6, alpha=0.3, color=COLOURS["fail"], label=_word("band fail")),
+        Patch(fc="#bbbbbb", alpha=0.5, hatch="//", label=_word("gate")),
     ]
     if with_leases:
-        handles.append(Patch(fc=PALETTE[0], ec="black", alpha=0.8,
-                             label="lease lane: execution_id in the ledger"))
+        handles.append(Patch(fc=PALETTE[0], ec="black", alpha=0.8, label=_word("lease")))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              borderaxespad=0.0, fontsize=8, title="legend", title_fontsize=9,
+              borderaxespad=0.0, fontsize=8, title=_word("title"), title_fontsize=9,
               frameon=False)
 
 
@@ -206,16 +230,17 @@ def _axes(ax: Any, lay: _Layout, x: str, title: str | None) -> None:
             ax.set_xticks(xs, [f"{r['time']:.2f}" for r in rows], rotation=90, fontsize=7)
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("steps in order (tick: seconds since the lab started)")
+        ax.set_xlabel(say("steps in order (tick: seconds since the lab started)",
+                          "按顺序的步骤（刻度：实验开始后的秒数）"))
         ax.set_xlim(-0.7, max(len(rows), 1) + 1.5)
     else:
         end = max(xs or [1.0])
         ax.set_xlim(-0.02 * end, end * 1.08 + 0.05)
-        ax.set_xlabel("seconds since the lab started")
+        ax.set_xlabel(say("seconds since the lab started", "实验开始后的秒数"))
     if lay.spans:  # a thin rule between the actors and the ledger's side
         ax.axhline(max(lay.lease_y.values()) + 0.5, color="#999999", lw=0.8, ls="--")
     ax.grid(axis="x", alpha=0.25)
-    ax.set_title(title or f"history: {len(rows)} steps")
+    ax.set_title(title or say(f"history: {len(rows)} steps", f"历史：{len(rows)} 步"))
 
 
 def plot(history: Any, path: str | Path | None = None, *, title: str | None = None,

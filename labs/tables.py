@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import pandas as pd
 from sqlalchemy import func, select
 
+from devkit import i18n
 from labs.history import short
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
@@ -201,12 +202,53 @@ async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
                   ints=("run", "progress", "attemptsMade", "job_progress"))
 
 
+#: The 中文 edition's column headers and verdicts (display only: the values stay English,
+#: so a check cell is the same code in both editions). Statuses, states and ids are the
+#: product's identifiers and stay as they are.
+ZH_COLUMNS = {
+    "task_id": "任务", "task": "任务", "type": "类型", "run": "轮次", "status": "账本状态",
+    "progress": "进度", "execution": "执行租约", "job_id": "队列记录", "state": "队列状态",
+    "job_progress": "队列进度", "verdict": "判定", "dispatched_at": "投递核对时间",
+    "updated_at": "更新时间", "last_error": "最近错误", "attempts": "尝试次数", "id": "任务",
+}
+ZH_VERDICTS = {IN_STEP: "一致", NO_JOB: "无队列记录（正常）", QUEUE_BEHIND: "队列落后",
+               LEDGER_BEHIND: "账本落后", ORPHAN_JOB: "孤立的队列记录", "set": "已记录"}
+
+
+class Shown(pd.DataFrame):
+    """A frame for people (`show`): the same data, rendered in the edition's language
+    (`devkit.i18n`): in the 中文 edition the headers and verdicts are Chinese."""
+
+    @property
+    def _constructor(self) -> type[Shown]:
+        return Shown
+
+    def translated(self) -> pd.DataFrame:
+        """A plain frame as the reader sees it."""
+        plain = pd.DataFrame(self)
+        if i18n.lang() != "zh":
+            return plain
+        out = plain.rename(columns=ZH_COLUMNS)
+        for column in ("判定", "投递核对时间"):
+            if column in out.columns and out[column].ndim == 1:
+                out[column] = [ZH_VERDICTS.get(v, v) if isinstance(v, str) else v
+                               for v in out[column]]
+        return out
+
+    def _repr_html_(self) -> str | None:
+        return self.translated()._repr_html_()
+
+    def __repr__(self) -> str:
+        return repr(self.translated())
+
+
 def show(df: pd.DataFrame) -> pd.DataFrame:
     """`df` for display: every missing value (None, NaN, <NA>, NaT, '') becomes `MISSING`,
-    so a notebook's tables all say "missing" the same way. The frame is a copy with object
-    columns; assert on the original frame, not on this one."""
+    so a notebook's tables all say "missing" the same way, rendered in the edition's
+    language (`Shown`). The frame is a copy with object columns; assert on the original
+    frame, not on this one."""
     out = df.astype(object)
-    return out.where(~(out.isna() | (out == "")), MISSING)
+    return Shown(out.where(~(out.isna() | (out == "")), MISSING))
 
 
 async def board(lab: Any, columns: list[str], *, names: Any = None,

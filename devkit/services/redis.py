@@ -195,8 +195,13 @@ def redis_url_for(root: Path, port: int) -> str:
 def secure_redis(root: Path, port: int) -> None:
     """A Redis started by an older version runs without a password: set it live (S1)."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    # No retries: the expected answer is an AuthenticationError, which redis-py counts as a
+    # connection error and would retry with backoff (seconds on every resolve_settings).
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5,
+                         retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
     except redis.AuthenticationError:

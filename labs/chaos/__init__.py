@@ -10,6 +10,9 @@ that benchmark, by `tests/integration/test_chaos.py` and by `notebooks/90-chaos.
     report.violations            # typed: Violation(invariant, task_id, text)
     plot_swimlanes(report)       # faults per worker lane, Redis lane, completions
     ChaosConfig(..., counterexample="legacy-failed-listener")  # same seed, W2 broken
+    ChaosConfig(..., counterexample="lease-less-export")  # P3, P5 broken: a clobber
+    report.verdict()             # "conclusive: …" / "inconclusive (…)": struck running work?
+    report.strikes, report.history  # each strike (on a RUNNING task?), each claim/result
 
 One concept per module:
 
@@ -26,16 +29,21 @@ One concept per module:
 - `driver`   — the live run: one method per fault kind, the supervisor, the waves, the
   snapshots, the settle phase, the final stop;
 - `checker`  — the invariants (`Invariant`), typed `Violation`s, `check_invariants`;
-- `worker_logs` — the one parse of the workers' log lines (the only source that crosses
-  the process boundary);
+- `worker_logs` — the one parse of the workers' log lines;
+- `holds`    — strikes on running work: a worker process holds an export between two
+  batches (probe `export.after_read`) until the driver has struck, and records each
+  claim and result write with its execution id (files: the sync point between
+  processes); `worker` — the workers' entry point that installs them (and a
+  counterexample, `labs.counterexample_worker`);
 - `report`   — `ChaosReport`, the printed header and summary; `plot` — the swimlanes;
 - `run`      — `run_chaos`, start to summary.
 
 The world (database + queue prefix) belongs to the caller, fresh for each run (a `Lab`
 opened with `seed=False`, or a cloned database): the run seeds its own teams. K `teamdesk
-worker` subprocesses (each with its own dispatch tick, timings `labs.timings.CHAOS_WORKER`)
-work on M tasks created through the product's services; about 40 % exist before the
-workers start, the rest arrive in waves during the fault window, while the faults strike.
+worker` subprocesses (each with its own dispatch tick, timings `labs.timings.CHAOS_WORKER`,
+started through `labs.chaos.worker`) work on M tasks created through the product's
+services; about 40 % exist before the workers start, the rest arrive in waves during the
+fault window, while the faults strike.
 A `redis` fault always restarts a server of the run's own (`labs.private_redis`), so it
 hurts no open lab, test or notebook; `cut` needs `labs.faults.RedisProxy` and is dropped,
 and said so, without a working one (which changes the schedule). A worker that exits by
@@ -51,6 +59,15 @@ settle until every task is COMPLETED or FAILED. Then the invariants (`Invariant`
 - each current reminder revision: COMPLETED → exactly one notification, one
   `reminder_sent` event, one version bump; FAILED → none; superseded or closed: none;
 - no COMPLETED row changed after it was first seen (snapshots every second);
+- no result written over a newer lease: walked in time order, every result write in the
+  recorded history was made by the newest execution that had claimed its task (P3, P5, W2);
+
+Each fault strikes running work: it waits (bounded, `ChaosConfig.hold_wait`) until its
+worker holds an export in flight, checks the ledger says RUNNING under that lease, and
+strikes; a frozen or Redis-struck executor is let go only once its lease was taken over
+(or cleared by D6), so its next write meets `LeaseLost`. The report counts the strikes
+on RUNNING tasks, stalls, leases lost and D6 recoveries, and says "inconclusive" when
+fewer than 3 faults struck a RUNNING task or no lease was lost;
 
 then a summary (faults by kind, tasks by status, FAILED texts, recovery notes from the
 worker logs) and `report.ok`; `benchmarks.chaos` exits 0, or 1 on any violation (2:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from labs.chaos.holds import Crossing
 from labs.chaos.plan import EXPORT_TEAM, REMINDER_TEAM
 from labs.chaos.workload import Expected, fingerprint
 from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType, Ticket
@@ -44,6 +45,9 @@ class Invariant(Enum):
     REMINDERS = ("each current reminder sent once, stale ones never", "P10, M1, O3")
     #: No COMPLETED row changed after it was first seen.
     UNCHANGED = ("no COMPLETED row changed afterwards", "P1, D3, P12")
+    #: Every result was written by the execution that held the newest claim then: never
+    #: over a newer execution's lease or result (`task_id + run` is not a lease).
+    CLOBBER = ("no result written over a newer lease", "P3, P5, W2")
     #: The run itself: workers exit as W4 says, no dispatcher fault of its own, settled.
     RUN = ("the run itself (workers, settling)", "W4, D8")
 
@@ -107,10 +111,49 @@ async def completed_rows(sessions: async_sessionmaker[AsyncSession],
     return {r[0]: tuple(r) for r in rows}
 
 
+def clobbered(history: Sequence[Crossing]) -> dict[str, str]:
+    """Tasks a result was written for by an execution whose lease a newer claim had
+    replaced (P3, P5, W2): task id → what happened. `history` is the crossings the
+    workers recorded (`labs.chaos.holds`): each claim (a new lease) and each result
+    write, with its execution id and wall time.
+
+    Walked in time order, the newest claim of a task run is the lease that may write;
+    a result written by any other execution went over a newer lease (it was still
+    RUNNING) or a newer result (already COMPLETED). With the product's fence this
+    cannot happen: a write of a replaced lease matches 0 rows (LeaseLost, P6), and
+    after a COMPLETED write no claim matches (P2)."""
+    newest: dict[tuple[str, int], Crossing] = {}
+    found: dict[str, str] = {}
+    for c in sorted(history, key=lambda c: c.t):
+        key = (c.task_id, c.run)
+        if c.kind == "claim":
+            newest[key] = c
+            continue
+        lease = newest.get(key)
+        if lease is not None and lease.execution_id != c.execution_id:
+            found.setdefault(c.task_id, (
+                f"result written by execution {c.execution_id[:8]} ({c.worker}) over the "
+                f"newer lease {lease.execution_id[:8]} ({lease.worker}, claimed "
+                f"{c.t - lease.t:.2f} s before)"))
+    return found
+
+
+async def ledger_rows(sessions: async_sessionmaker[AsyncSession]) -> dict[str, dict[str, Any]]:
+    """The ledger after a run, task id → its columns (the CSV left out), for an invariant
+    written over the rows and the history (notebook 90's exercise)."""
+    cols = [c for c in BackgroundTask.__table__.columns if c.name != "result_csv"]
+    async with sessions() as s:
+        rows = (await s.execute(select(*cols))).mappings().all()
+    return {r["id"]: {k: getattr(v, "value", v) for k, v in r.items()} for r in rows}
+
+
 async def check_invariants(sessions: async_sessionmaker[AsyncSession], expected: Expected,
-                           completed_seen: dict[str, tuple]
+                           completed_seen: dict[str, tuple],
+                           history: Sequence[Crossing] | None = None,
                            ) -> tuple[list[Violation], Counter, Counter]:
-    """(violations, tasks by "TYPE STATUS", FAILED texts). Reads only; changes nothing."""
+    """(violations, tasks by "TYPE STATUS", FAILED texts). Reads only; changes nothing.
+    `history` (the workers' recorded crossings) adds the lease-clobber check; without
+    it that invariant is not checked."""
     async with sessions() as s:
         tasks = (await s.scalars(select(BackgroundTask))).all()
     by_status: Counter = Counter(f"{t.type.value} {t.status.value}" for t in tasks)
@@ -123,6 +166,9 @@ async def check_invariants(sessions: async_sessionmaker[AsyncSession], expected:
         if now_rows.get(task_id) != seen:
             v.append(Violation(Invariant.UNCHANGED, task_id, "a COMPLETED row changed "
                                f"afterwards ({_diff(seen, now_rows.get(task_id))})"))
+    if history is not None:
+        v.extend(Violation(Invariant.CLOBBER, task_id, what)
+                 for task_id, what in clobbered(history).items())
     return v, by_status, failed_texts
 
 

@@ -9,8 +9,10 @@ from labs.chaos.kinds import KINDS
 from labs.chaos.plan import SEED_TICKETS
 
 #: Counterexamples a run can switch on: the worker processes of that run only are
-#: started through `labs.counterexample_worker` with that change.
-COUNTEREXAMPLES = ("legacy-failed-listener",)
+#: started with that change (`labs.chaos.worker --counterexample`, the table of
+#: `labs.counterexample_worker`): the retired `failed` listener (W2) and the export's
+#: writes by `task_id + run` (P3, P5).
+COUNTEREXAMPLES = ("legacy-failed-listener", "lease-less-export")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class ChaosConfig:
     redis_optional: bool = False
     #: A counterexample of `COUNTEREXAMPLES` switched on in this run's worker processes.
     counterexample: str | None = None
+    #: How long a process or link fault waits for its worker to hold an export between
+    #: two batches (`labs.chaos.holds`) before it strikes anyway; a server fault (Redis)
+    #: waits for any worker. A bound on a sync point, not a way to order events.
+    hold_wait: float = 5.0
 
     def check(self) -> None:
         """Refuse an unknown counterexample before anything runs."""

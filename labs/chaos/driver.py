@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,14 +20,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from labs.chaos.checker import completed_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.guards import RedisRestart
-from labs.chaos.kinds import FAULT_KINDS
+from labs.chaos.holds import Held, Holds
 from labs.chaos.plan import Spec
-from labs.chaos.report import ChaosReport
+from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected, create, later_specs
 from labs.procs import WorkerProc
 from labs.timings import CHAOS_WORKER
 from teamdesk.config import Settings
+
+#: How long a Redis fault may hold its executor after Redis is back: until D6 has cleared
+#: the RUNNING row its vanished job left (the stale age, a tick, a margin).
+_SERVER_HOLD_S = float(CHAOS_WORKER.stale_running_age_s) + 5.0
 
 
 class Driver:
@@ -51,6 +56,12 @@ class Driver:
         self.wall0 = 0.0
         #: (start, end) offsets of Redis outages, for recovery notes.
         self.outages: list[tuple[float, float]] = []
+        #: The strike holds of the run's workers (`labs.chaos.holds`), and the workers
+        #: armed or held for a fault right now (one fault at a time per worker).
+        self.holds: Holds | None = None
+        self.holding: dict[int, Held | None] = {}
+        #: The run's fault schedule (`run_chaos` sets it before the window opens).
+        self.schedule: list[FaultEvent] = []
 
     # ------------------------------------------------------------ the clock, the workers
 
@@ -71,10 +82,15 @@ class Driver:
 
     async def add_workers(self, log_dir: Path, proxy_cls: Any) -> None:
         """The run's worker processes (not started yet), each behind a proxy of its own
-        when there are link cuts, through the counterexample's entry when one is on."""
-        entry = (["-m", "labs.counterexample_worker", self.config.counterexample]
-                 if self.config.counterexample else None)
+        when there are link cuts, each started through `labs.chaos.worker` (the strike
+        holds and the crossing history; the counterexample when one is on)."""
+        inflight = log_dir / "inflight"
+        self.holds = Holds(inflight)
         for i in range(self.config.workers):
+            entry = ["-m", "labs.chaos.worker", "--inflight", str(inflight),
+                     "--as", f"w{i + 1}"]
+            if self.config.counterexample:
+                entry += ["--counterexample", self.config.counterexample]
             redis_url = None
             if proxy_cls is not None:
                 proxy = await proxy_cls.start(self.settings)
@@ -90,79 +106,199 @@ class Driver:
             await self.restarter.start()
         self.redis_down = False
 
-    async def running(self) -> int:
-        """RUNNING rows in the ledger right now (how many executions a fault may hit)."""
+    # ------------------------------------------------------------ holding work in flight
+
+    async def lease(self, task_id: str) -> tuple[str, str | None] | None:
+        """(status, execution_id) of a task in the ledger now."""
         async with self.sessions() as s:
-            return int((await s.execute(text(
-                "SELECT count(*) FROM background_tasks WHERE status = 'RUNNING'"))).scalar_one())
+            row = (await s.execute(text(
+                "SELECT status::text, execution_id FROM background_tasks WHERE id = :id"),
+                {"id": task_id})).first()
+        return None if row is None else (row[0], row[1])
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, ev: FaultEvent, workers: list[int]
+                       ) -> AsyncIterator[Held | None]:
+        """Arm `workers` and wait, at most `config.hold_wait` s, until one holds an export
+        between two batches (`labs.chaos.holds`); yields it, or None. A worker already
+        holding one for an earlier fault is struck as it is (that hold is borrowed, and
+        its owner releases it). On exit every hold of this fault is disarmed, and
+        released if still held (the strike may release earlier)."""
+        deadline = time.monotonic() + self.config.hold_wait
+        def armed_elsewhere() -> bool:
+            return any(i in self.holding and self.holding[i] is None for i in workers)
+
+        while armed_elsewhere() and time.monotonic() < deadline:  # noqa: ASYNC110
+            # Armed for an earlier fault, not holding yet: wait for that hold to share it.
+            await asyncio.sleep(0.02)  # poll interval of the earlier fault's state
+        borrowed = next((h for i in workers if isinstance(h := self.holding.get(i), Held)),
+                        None)
+        if borrowed is not None:
+            yield dataclasses.replace(borrowed, borrowed=True)
+            return
+        mine = [i for i in workers if i not in self.holding and self.procs[i].alive]
+        if self.holds is None or not mine:
+            yield None
+            return
+        tokens = {self.procs[i].name: self.holds.arm(self.procs[i].name) for i in mine}
+        self.holding.update(dict.fromkeys(mine))
+        try:
+            held = await self.holds.reached(list(tokens), tokens, self.config.hold_wait)
+            for i in mine:  # the others need not hold any more
+                name = self.procs[i].name
+                if held is None or name != held.worker:
+                    self.holds.disarm(name, tokens[name])
+                    self.holding.pop(i, None)
+                else:
+                    self.holding[i] = held
+            yield held
+        finally:
+            for name, token in tokens.items():
+                self.holds.disarm(name, token)
+                self.holds.release(name, token)
+            for i in mine:
+                self.holding.pop(i, None)
+
+    async def _strike(self, ev: FaultEvent, lane: str, held: Held | None) -> Strike:
+        """Record the strike; a held task counts as struck RUNNING only if the ledger says
+        RUNNING under the held execution id right now."""
+        on_running = False
+        if held is not None:
+            on_running = await self.lease(held.task_id) == ("RUNNING", held.execution_id)
+        strike = Strike(self.now(), ev.kind, lane, held.worker if held else None,
+                        held.task_id if held else None,
+                        held.execution_id if held else None, on_running)
+        self.report.strikes.append(strike)
+        self.report.struck_running[ev.kind] += 1 if on_running else 0
+        return strike
+
+    async def _until_lease_replaced(self, held: Held, strike: Strike, timeout: float, *,
+                                    cleared_will_do: bool = False) -> None:
+        """Before letting a held executor go on: wait (bounded) until a newer execution
+        has claimed its task — after a stall, or after a D6 recovery and a re-dispatch —
+        so its next fenced write meets a newer lease and must match nothing (P3, P6).
+        The bound only detects a takeover that never came. `strike.lease_after` says
+        what it found: "taken over", "cleared" (recovered by D6, not claimed again yet)
+        or "kept". With `cleared_will_do` a D6 recovery is enough: the lease is gone
+        all the same, and the executor's next write must match nothing."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = await self.lease(held.task_id)
+            newer = state is None or state[0] not in ("RUNNING", "WAITING") or (
+                state[1] is not None and state[1] != held.execution_id)
+            cleared = state == ("WAITING", None)
+            if newer or (cleared and cleared_will_do) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)  # poll interval of an external state
+        strike.lease_after = ("taken over" if newer else
+                              "kept" if state == ("RUNNING", held.execution_id) else "cleared")
+
+    def _let_go(self, held: Held | None) -> None:
+        """Release a hold this fault owns (a borrowed one is its owner's to release)."""
+        if held is not None and not held.borrowed and self.holds is not None:
+            self.holds.release(held.worker, held.token)
+
+    @staticmethod
+    def _what(held: Held | None, strike: Strike) -> str:
+        if held is None:
+            return "no export held within the bound"
+        return (f"holding {held.task_id} (execution {held.execution_id[:8]}, "
+                f"{'RUNNING' if strike.on_running else 'no longer RUNNING'})")
 
     # ------------------------------------------------------------ the faults, one per kind
 
     async def fault(self, ev: FaultEvent) -> None:
         """Strike `ev` at its offset, through the method named after its kind."""
         await self._sleep_until(ev.at)
-        busy = await self.running() if FAULT_KINDS[ev.kind].target != "server" else 0
-        await getattr(self, ev.kind)(ev, busy)
+        await getattr(self, ev.kind)(ev)
 
-    async def redis(self, ev: FaultEvent, busy: int) -> None:
-        """Stop the run's own Redis, start it again (empty) after the hold."""
+    async def redis(self, ev: FaultEvent) -> None:
+        """Once a worker holds an export in flight (any worker, bounded wait): stop the
+        run's own Redis, start it again (empty) after the hold; the held executor goes on
+        only once its lease is gone — the job vanished with Redis, so only D6 can bring
+        the RUNNING row back — and its next write then meets LeaseLost (D6, P6)."""
         assert self.restarter is not None
-        started = self.now()
-        self.redis_down = True
-        await self.restarter.stop()
-        self.note(f"redis stopped ({self.now() - started:.2f} s to stop); start again "
-                  f"in {ev.hold:.2f} s")
-        try:
-            await asyncio.sleep(ev.hold)
-        finally:
-            await self.start_redis()
-        self.outages.append((started, self.now()))
-        self.report.timeline.append((started, self.now(), "redis", "redis"))
-        self.note(f"redis started again (empty); unavailable for {self.now() - started:.2f} s")
+        free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
+        # Prefer a worker no other fault is scheduled on while this one may hold it, so
+        # later faults strike work of their own.
+        busy = {e.worker for e in self.schedule
+                if e.worker is not None and ev.at <= e.at <= ev.at + _SERVER_HOLD_S}
+        free = [i for i in free if i not in busy] or free
+        async with self._holding(ev, free) as held:
+            strike = await self._strike(ev, "redis", held)
+            started = self.now()
+            self.redis_down = True
+            await self.restarter.stop()
+            self.note(f"redis stopped ({self.now() - started:.2f} s to stop), "
+                      f"{self._what(held, strike)}; start again in {ev.hold:.2f} s")
+            try:
+                await asyncio.sleep(ev.hold)
+            finally:
+                await self.start_redis()
+            self.outages.append((started, self.now()))
+            self.report.timeline.append((started, self.now(), "redis", "redis"))
+            self.note(f"redis started again (empty); unavailable for "
+                      f"{self.now() - started:.2f} s")
+            if held is not None:
+                await self._until_lease_replaced(held, strike, _SERVER_HOLD_S,
+                                                 cleared_will_do=True)
+                self._let_go(held)
+                self.note(f"released {held.worker}'s executor of {held.task_id}; its lease "
+                          f"was {strike.lease_after}")
         self.report.executed["redis"] += 1
 
-    async def cut(self, ev: FaultEvent, busy: int) -> None:
-        """Cut one worker's Redis link (its proxy), heal it after the hold."""
+    async def cut(self, ev: FaultEvent) -> None:
+        """Cut one worker's Redis link (its proxy) while it holds an export, let the
+        executor go on into the cut, heal the link after the hold."""
         assert ev.worker is not None
         w, proxy = self.procs[ev.worker], self.proxies[ev.worker]
-        n = await proxy.cut()
-        cut_at = self.now()
-        self.report.struck_running[ev.kind] += 1 if busy else 0
-        self.note(f"cut {w.name}'s Redis link ({n} connection(s), {busy} task(s) RUNNING) "
-                  f"for {ev.hold:.2f} s")
-        try:
-            await asyncio.sleep(ev.hold)
-        finally:
-            await proxy.heal()
-            self.report.timeline.append((cut_at, self.now(), w.name, "cut"))
+        async with self._holding(ev, [ev.worker]) as held:
+            strike = await self._strike(ev, w.name, held)
+            n = await proxy.cut()
+            cut_at = self.now()
+            self._let_go(held)
+            self.note(f"cut {w.name}'s Redis link ({n} connection(s)), "
+                      f"{self._what(held, strike)}, for {ev.hold:.2f} s")
+            try:
+                await asyncio.sleep(ev.hold)
+            finally:
+                await proxy.heal()
+                self.report.timeline.append((cut_at, self.now(), w.name, "cut"))
         self.note(f"healed {w.name}'s Redis link")
         self.report.executed["cut"] += 1
 
-    async def sigkill(self, ev: FaultEvent, busy: int) -> None:
-        """SIGKILL a worker (no drain), restart it after the hold."""
-        async with self._process_fault(ev, busy) as w:
+    async def sigkill(self, ev: FaultEvent) -> None:
+        """SIGKILL a worker (no drain) while it holds an export in flight, restart it
+        after the hold: its RUNNING row stalls and is taken over (D6 if nobody does)."""
+        async with self._process_fault(ev) as w:
             if w is None:
                 return
-            pid = w.pid
-            w.send(signal.SIGKILL)
-            code = await w.wait_exit(10)
-            self.note(f"SIGKILL {w.name} (pid {pid}): exit {code}")
+            async with self._holding(ev, [ev.worker]) as held:
+                strike = await self._strike(ev, w.name, held)
+                pid = w.pid
+                w.send(signal.SIGKILL)
+                code = await w.wait_exit(10)
+            self.note(f"SIGKILL {w.name} (pid {pid}), {self._what(held, strike)}: exit {code}")
             await self._restart_after(w, ev.hold)
 
-    async def sigterm(self, ev: FaultEvent, busy: int) -> None:
-        """SIGTERM a worker: it must drain and exit 0, or 3 after its drain timeout (W4);
-        restart it after the hold."""
-        async with self._process_fault(ev, busy) as w:
+    async def sigterm(self, ev: FaultEvent) -> None:
+        """SIGTERM a worker while it holds an export in flight, and let the export go on:
+        it must drain and exit 0, or 3 after its drain timeout (W4); restart it after the
+        hold."""
+        async with self._process_fault(ev) as w:
             if w is None:
                 return
-            pid = w.pid
-            w.send(signal.SIGTERM)
-            code = await w.wait_exit(CHAOS_WORKER.drain_timeout_s + 8)
+            async with self._holding(ev, [ev.worker]) as held:
+                strike = await self._strike(ev, w.name, held)
+                pid = w.pid
+                w.send(signal.SIGTERM)
+                self._let_go(held)
+                code = await w.wait_exit(CHAOS_WORKER.drain_timeout_s + 8)
             if code is None:
                 w.kill()
                 code = w.p.returncode if w.p else None
                 self.report.notes.append(f"{w.name} ignored SIGTERM; killed")
-            self.note(f"SIGTERM {w.name} (pid {pid}): exit {code}")
+            self.note(f"SIGTERM {w.name} (pid {pid}), {self._what(held, strike)}: exit {code}")
             if code == -signal.SIGTERM:
                 # Still importing: its handler (installed before it takes any job) was not
                 # there yet. Nothing can have been running.
@@ -177,23 +313,30 @@ class Driver:
                                     "3 (W4)")
             await self._restart_after(w, ev.hold)
 
-    async def sigstop(self, ev: FaultEvent, busy: int) -> None:
-        """Freeze a worker past its lock, SIGCONT after the hold: the job stalls, another
-        worker may take it over, and the frozen executor's late writes must match nothing
-        (P3, P6)."""
-        async with self._process_fault(ev, busy) as w:
+    async def sigstop(self, ev: FaultEvent) -> None:
+        """Freeze a worker past its lock while it holds an export in flight; SIGCONT
+        after the hold, once another claim has taken the task over (bounded): the frozen
+        executor's next write must match nothing (LeaseLost, P3, P6)."""
+        async with self._process_fault(ev) as w:
             if w is None:
                 return
-            w.send(signal.SIGSTOP)
-            try:
-                await asyncio.sleep(ev.hold)
-            finally:
-                w.send(signal.SIGCONT)
-            self.note(f"SIGCONT {w.name} (pid {w.pid}) after {ev.hold:.2f} s frozen")
+            async with self._holding(ev, [ev.worker]) as held:
+                strike = await self._strike(ev, w.name, held)
+                w.send(signal.SIGSTOP)
+                self.note(f"SIGSTOP {w.name}, {self._what(held, strike)}")
+                try:
+                    await asyncio.sleep(ev.hold)
+                    if held is not None:
+                        await self._until_lease_replaced(held, strike, 6.0)
+                        self._let_go(held)
+                finally:
+                    w.send(signal.SIGCONT)
+            after = strike.lease_after
+            self.note(f"SIGCONT {w.name} (pid {w.pid}) after {self.now() - strike.at:.2f} s "
+                      f"frozen" + (f"; its lease was {after}" if after else ""))
 
     @contextlib.asynccontextmanager
-    async def _process_fault(self, ev: FaultEvent, busy: int
-                             ) -> AsyncIterator[WorkerProc | None]:
+    async def _process_fault(self, ev: FaultEvent) -> AsyncIterator[WorkerProc | None]:
         """A fault on a worker process, holding that worker's lock: yields the worker, or
         None (counted as skipped) when an earlier fault still has it down; the span goes
         to the swimlanes and the strike is counted once the body is done."""
@@ -205,10 +348,11 @@ class Driver:
             yield None
             return
         async with lock:
-            struck_at = self.now()
-            self.report.struck_running[ev.kind] += 1 if busy else 0
-            self.note(f"{ev.kind} {w.name} with {busy} task(s) RUNNING in the ledger")
+            entered, strikes = self.now(), len(self.report.strikes)
             yield w
+            # The bar starts at the strike (after the wait for a hold), not at the entry.
+            struck_at = next((st.at for st in self.report.strikes[strikes:]
+                              if st.lane == w.name and st.kind == ev.kind), entered)
             self.report.timeline.append((struck_at, self.now(), w.name, ev.kind))
         self.report.executed[ev.kind] += 1
 

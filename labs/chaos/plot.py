@@ -14,9 +14,12 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
     """Swimlanes of a chaos run: one lane per worker and one for Redis, a bar for each
     fault while it lasted (SIGKILL/SIGTERM: down until restarted; SIGSTOP: frozen; cut:
     link cut; Redis: stopped), in its kind's colour, and under them the COMPLETED rows
-    over time. Headless (matplotlib's object API); returns the figure, saved to `path` if
-    given."""
+    over time; a marker at each strike (filled: it struck a RUNNING task held in flight;
+    a red × under it: that task's lease was then replaced, so its executor met
+    LeaseLost). Headless (matplotlib's object API); returns the figure, saved to `path`
+    if given."""
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     class ChaosFigure(Figure):
@@ -27,7 +30,7 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
 
     lanes = [f"w{i + 1}" for i in range(report.config.workers)] + ["redis"]
     y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
-    fig = ChaosFigure(figsize=(11, 2.2 + 0.6 * len(lanes)), dpi=100)
+    fig = ChaosFigure(figsize=(12, 2.4 + 0.7 * len(lanes)), dpi=100)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for start, end, lane, kind in report.timeline:
         # Link cuts below the lane's middle, process faults above: both stay visible.
@@ -35,15 +38,32 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
         top.barh(y[lane] + shift, max(end - start, 0.05), left=start,
                  height=0.32 if lane != "redis" else 0.6,
                  color=FAULT_KINDS[kind].colour if kind in FAULT_KINDS else "#333333")
+    # The strikes: a filled marker where a fault struck a RUNNING task its worker held
+    # between two batches (on that worker's lane, also for a Redis restart), a hollow one
+    # where none was held; "×" where the held lease was then replaced (LeaseLost next).
+    for st in report.strikes:
+        lane = st.worker or st.lane
+        top.plot([st.at], [y[lane] + 0.42], marker="v", markersize=9, color="black",
+                 markerfacecolor="black" if st.on_running else "none", zorder=5)
+        if st.lease_after in ("taken over", "cleared"):
+            top.plot([st.at], [y[lane] - 0.42], marker="x", markersize=8, color="#d62728",
+                     zorder=5)
     top.axvspan(0, report.config.duration, color="#ffeeee", zorder=-1)
     top.set_yticks([y[lane] for lane in lanes], lanes)
     top.set_title(f"chaos run, seed {report.config.seed}"
                   + (f", counterexample: {report.config.counterexample}"
                      if report.config.counterexample else "")
                   + f" — {len(report.violations)} violation(s)")
+    marks = [Line2D([], [], marker="v", color="black", linestyle="none",
+                    label="struck a RUNNING task"),
+             Line2D([], [], marker="v", color="black", markerfacecolor="none",
+                    linestyle="none", label="none held"),
+             Line2D([], [], marker="x", color="#d62728", linestyle="none",
+                    label="its lease replaced")]
     top.legend(handles=[Patch(color=kind.colour, label=name)
-                        for name, kind in FAULT_KINDS.items() if name in report.kinds],
-               loc="upper right", fontsize="small", ncol=len(report.kinds) or 1)
+                        for name, kind in FAULT_KINDS.items() if name in report.kinds] + marks,
+               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    top.set_ylim(-0.7, len(lanes) - 0.3)
     if report.completions:
         xs, ys = zip(*report.completions, strict=True)
         bottom.step(xs, ys, where="post", color="#2ca02c")

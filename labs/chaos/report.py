@@ -12,9 +12,37 @@ from typing import Any
 
 from labs.chaos.checker import Invariant, Violation, invariant_rows
 from labs.chaos.config import ChaosConfig
+from labs.chaos.holds import Crossing
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected
 from labs.timings import CHAOS_WORKER, describe
+
+#: A run is conclusive about running work when at least this many faults struck a task
+#: that was RUNNING in the ledger, held by the struck worker's process.
+MIN_STRUCK_RUNNING = 3
+
+
+@dataclass
+class Strike:
+    """One fault as it struck: on a task held in flight (`task_id` set and verified
+    RUNNING with that execution id in the ledger just before), or on whatever the worker
+    was doing (none held within the bound)."""
+
+    #: Seconds after the window opened.
+    at: float
+    kind: str
+    #: A worker's name, or "redis".
+    lane: str
+    #: The worker whose held export it struck (a Redis fault strikes one too), or None.
+    worker: str | None = None
+    task_id: str | None = None
+    execution_id: str | None = None
+    #: The held task was RUNNING under that execution id when the fault struck.
+    on_running: bool = False
+    #: What the held lease had become when its executor was let go on: "taken over" (a
+    #: newer claim), "cleared" (a D6 recovery, no new claim yet) or "kept"; None when
+    #: the strike did not wait for it (the executor died, or was let go at once).
+    lease_after: str | None = None
 
 
 @dataclass
@@ -24,8 +52,19 @@ class ChaosReport:
     config: ChaosConfig
     schedule: list[FaultEvent]
     executed: Counter = field(default_factory=Counter)
-    #: Process/link faults that struck while at least one task was RUNNING.
+    #: Faults that struck a RUNNING task held by the struck worker, by kind.
     struck_running: Counter = field(default_factory=Counter)
+    #: Every fault as it struck (`Strike`), in order.
+    strikes: list[Strike] = field(default_factory=list)
+    #: From the workers' logs: stalls detected (`task.stalled`), leases lost
+    #: (`task.lease_lost`, P6), RUNNING rows recovered by D6 (the ticks' sums).
+    stalls: int = 0
+    leases_lost: int = 0
+    d6_recoveries: int = 0
+    #: The crossings the workers recorded (claims, result writes; `labs.chaos.holds`).
+    history: list[Crossing] = field(default_factory=list)
+    #: The ledger after the run, task id → columns (`checker.ledger_rows`).
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
     #: Deviations worth a look that are not ledger invariants (e.g. an idle worker whose
@@ -56,6 +95,35 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         return self.settled and not self.violations
+
+    @property
+    def struck(self) -> int:
+        """Faults that struck a RUNNING task."""
+        return sum(self.struck_running.values())
+
+    @property
+    def conclusive(self) -> bool:
+        """Did the run test running work: ≥ `MIN_STRUCK_RUNNING` faults struck a RUNNING
+        task and at least one lease was lost? A run without it proved little (P3, P6)."""
+        return self.struck >= MIN_STRUCK_RUNNING and self.leases_lost > 0
+
+    def verdict(self) -> str:
+        """One line: "conclusive" or "inconclusive", with why."""
+        figures = (f"{self.struck} fault(s) struck a RUNNING task, {self.stalls} stall(s), "
+                   f"{self.leases_lost} lease(s) lost, {self.d6_recoveries} D6 recovery(ies)")
+        if self.conclusive:
+            return f"conclusive: {figures}"
+        why = [] if self.struck >= MIN_STRUCK_RUNNING else [
+            f"fewer than {MIN_STRUCK_RUNNING} faults struck a RUNNING task"]
+        why += [] if self.leases_lost else ["no lease was lost"]
+        return f"inconclusive ({'; '.join(why)}): {figures}"
+
+    def strike_rows(self) -> list[dict[str, Any]]:
+        """One row per strike, for a table: when, what, whom, the held task, its lease."""
+        return [{"at_s": round(s.at, 2), "kind": s.kind, "lane": s.lane,
+                 "held_by": s.worker or "", "task": s.task_id or "",
+                 "execution": (s.execution_id or "")[:8], "on_RUNNING": s.on_running,
+                 "lease_after": s.lease_after or ""} for s in self.strikes]
 
     def violate(self, text: str, invariant: Invariant = Invariant.RUN) -> None:
         """Record a violation found by the run itself (not about one task)."""
@@ -92,9 +160,9 @@ def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
     out("  faults injected: " + ", ".join(
         f"{k} {report.executed[k]}" + (f" (+{report.skipped[k]} skipped)"
                                        if report.skipped[k] else "") for k in report.kinds))
-    struck = sum(report.struck_running.values())
-    out(f"  process/link faults that struck while a task was RUNNING: {struck} "
+    out(f"  faults that struck a RUNNING task (held between two batches): {report.struck} "
         f"({', '.join(f'{k} {n}' for k, n in sorted(report.struck_running.items()))})")
+    out(f"  running work: {report.verdict()}")
     out("  tasks by status: " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items())))
     for text_, n in report.failed_texts.most_common():
         out(f"  FAILED x{n}: {text_}")

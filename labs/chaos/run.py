@@ -18,10 +18,11 @@ from sqlalchemy import select
 
 from devkit.services import ServiceError
 from labs.chaos import worker_logs
-from labs.chaos.checker import check_invariants
+from labs.chaos.checker import check_invariants, ledger_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.driver import Driver
 from labs.chaos.guards import ChaosRefused, RedisRestart, private_restarter, working_proxy
+from labs.chaos.holds import read_history
 from labs.chaos.kinds import BREAKS_REDIS
 from labs.chaos.plan import DEMOTED, Spec, make_plan
 from labs.chaos.report import ChaosReport, print_header, print_summary
@@ -76,6 +77,7 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
         for w in driver.procs:
             w.start()
         await wait_heartbeats(means.settings, driver.procs)
+        driver.schedule = schedule
         driver.open_window()
         out(f"  {config.workers} worker process(es) up; fault window of "
             f"{config.duration:g} s opens")
@@ -85,8 +87,10 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
         await driver.all_started(30.0)
         await driver.final_stop()
 
+        report.history = read_history(log_dir / "inflight")
+        report.rows = await ledger_rows(driver.sessions)
         violations, report.by_status, report.failed_texts = await check_invariants(
-            driver.sessions, expected, report.completed_seen)
+            driver.sessions, expected, report.completed_seen, report.history)
         report.violations.extend(violations)
         if not report.settled:
             report.violate(f"the system did not settle within {config.settle:g} s")
@@ -217,7 +221,10 @@ def _log_notes(driver: Driver) -> list[str]:
     faults split into injected and our own (our own are findings, D8), D4/D6 sums."""
     report, logs = driver.report, driver.logs()
     lines = [line for text in logs.values() for line in worker_logs.parse(text)]
-    notes = [f"{label}: {n}" for label, n in worker_logs.counts(lines).items()]
+    counted = worker_logs.counts(lines)
+    notes = [f"{label}: {n}" for label, n in counted.items()]
+    report.leases_lost = counted[worker_logs.LEASES_LOST]
+    report.stalls = counted[worker_logs.STALLS]
     windows = [(driver.wall0 + start, driver.wall0 + end, lane)
                for start, end, lane, kind in report.timeline if kind in BREAKS_REDIS]
     injected, own = worker_logs.classify_dispatch_faults(logs, windows, driver.wall0)
@@ -228,6 +235,7 @@ def _log_notes(driver: Driver) -> list[str]:
     report.findings.extend(f"dispatcher fault of our own (D8): {line[:200]}"
                            for line in own[:10])
     sums = worker_logs.tick_sums(lines)
+    report.d6_recoveries = sums["recovered_stale"]
     notes.append(f"RUNNING rows recovered by D6: {sums['recovered_stale']}; jobs re-added "
                  f"after a lost or completed record (D4): {sums['re_added']}; set FAILED "
                  f"from the queue's word (D4): {sums['failed_from_queue']}")

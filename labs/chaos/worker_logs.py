@@ -53,11 +53,14 @@ def parse(text: str) -> Iterator[LogLine]:
                       dict(_FIELD.findall(rest)))
 
 
+#: The labels of the counts a report keeps as figures of its own (`ChaosReport`).
+LEASES_LOST = "leases lost (P6: a newer executor owned the task)"
+STALLS = "queue stalls detected"
 #: What the summary counts in the workers' logs: label → when a line counts.
 LOG_COUNTS: dict[str, tuple[str, ...]] = {
-    "leases lost (P6: a newer executor owned the task)": ("task.lease_lost",),
+    LEASES_LOST: ("task.lease_lost",),
     "errors reported with the lease (P7)": ("task.error",),
-    "queue stalls detected": ("task.stalled",),
+    STALLS: ("task.stalled",),
     "jobs the queue gave up on (failed listener, exhausted)": ("task.failed",),
     "dispatch ticks that failed (D8)": ("dispatch.fault",),
     "worker/Redis errors (worker.error)": ("worker.error",),

@@ -2,27 +2,42 @@
 
 What the notebook needs to *look at* a scene — which rows a scan would pick, the outbox
 rows of a request as a table, what is left of a request that failed, which tickets an
-export should contain, whether a WAITING row is stuck — but a learner need not read to
-follow the chapter. The scenes themselves (the two wrong orders, the gates, the outage)
-stay in the cells.
+export should contain — and the machinery of its exercises and scenes, which a learner
+need not read to follow the chapter:
+
+- 练习 A's judge (`judge_order`): the learner's steps for one WAITING row, run with the
+  product's own add and mark (`Steps`: `dispatcher.add_job`, `dispatcher.mark_dispatched`)
+  with Redis up and during a real outage of a Redis server of its own (D2, D3, D8);
+- the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
+  D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `without_nulls_first`, D1);
+- the diagnosis cases `CASES` (`labs.cases`): "waiting-dispatched" (练习 C) and
+  "orphan-job" (练习 D), each staged by the real system;
+- `window`: one scene's rows of the lab's history, for its swimlane.
+
+The scenes themselves (the two wrong orders, the gates, the outage) stay in the cells.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
-from labs import tables
+from labs import private_redis, tables
+from labs.cases import CaseSpec
+from labs.history import History
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
+from teamdesk.tasks import dispatcher
+from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.dispatcher import scan_query
-from teamdesk.tasks.queue import job_states, task_job_id
-
-#: Job states in which a queued job will still run (D4's "refresh only" branch).
-QUEUED = ("waiting", "delayed", "active", "prioritized", "waiting-children")
+from teamdesk.tasks.ledger import Ledger
+from teamdesk.tasks.queue import task_job_id
 
 
 async def scan_preview(lab: Any, names: Names, *, limit: int | None = None,
@@ -87,22 +102,358 @@ async def matching_ticket_ids(lab: Any, status: TicketStatus,
             Ticket.deleted_at.is_(None)).order_by(Ticket.id))).all())
 
 
-async def diagnose(lab: Any, task: Any) -> str:
-    """Exercise C: is a WAITING row with `dispatched_at` set stuck? Asks the queue, not
-    `dispatched_at` alone (D1: it is the last enqueue *check*, not "sent"; D4)."""
-    row = await lab.task(task.id)
-    [state] = await job_states(lab.queue, [task_job_id(row.id, row.run)])
-    if row.status != "WAITING" or row.dispatched_at is None:
-        return f"{row.status}, dispatched_at {row.dispatched_at and 'set'}: not this question"
-    if state in QUEUED:
-        return f"not stuck: its job is {state}"
-    return "queue behind, its job is gone"
+# ------------------------------------------------------------ 练习 A: one row's step order
+
+#: What the judge's exports ask for (any filter the demo team has rows for).
+ORDER_FILTERS = {"status": ["OPEN"]}
+T = 8.0  # seconds: the bound on every wait of the judges and scenes of this module
 
 
-def r1_repaired(report: Any, diagnosis: str) -> bool | str:
-    """Exercise C's judge: the learner's tick (`report`, a DispatchReport) enqueued
-    something, and `diagnosis` (from `diagnose`, after that tick) says r1 is not stuck.
-    A string says what is missing (D1: only a check older than 30 s is re-checked)."""
-    if getattr(report, "added", 0) + getattr(report, "refreshed", 0) < 1:
-        return "that tick enqueued nothing: was r1's dispatched_at more than 30 s old?"
-    return diagnosis.startswith("not stuck") or f"r1 says: {diagnosis}"
+class Steps:
+    """The two steps a dispatcher takes for one WAITING row, handed to a learner's
+    function: the product's own calls, not re-implementations.
+
+    - `await steps.add_job(row)` — `teamdesk.tasks.dispatcher.add_job`: the tick's D2 add
+      (`add("execute", {taskId, run}, jobId=<id>-<run>, delay)`), bounded; raises when
+      Redis is gone (D8);
+    - `await steps.mark_dispatched(row)` — `teamdesk.tasks.dispatcher.mark_dispatched`:
+      the tick's D3 statement `mark_dispatched` (`dispatched_at = now()` WHERE id, run,
+      WAITING); returns how many rows it matched.
+
+    On a failure there is nothing to call: an exception that leaves the function ends the
+    tick's round (D8) and leaves the row as it is."""
+
+    def __init__(self, queue: Any, settings: Any, conn: Any) -> None:
+        self._queue, self._settings, self._conn = queue, settings, conn
+
+    async def add_job(self, row: Any) -> None:
+        await dispatcher.add_job(self._queue, self._settings, row)
+
+    async def mark_dispatched(self, row: Any) -> int:
+        return await dispatcher.mark_dispatched(self._conn, [row])
+
+
+@dataclass
+class OrderVerdict:
+    """What the real runs said about a learner's step order: with Redis up (`calm`), with
+    Redis stopped during the steps (`storm`), and after Redis came back (one real tick and
+    a worker). `lost` is the D3 failure: marked dispatched with no job."""
+
+    calm: list[str] = field(default_factory=list)
+    storm: list[str] = field(default_factory=list)
+    calm_ok: bool = False
+    storm_ok: bool = False
+    lost: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.calm_ok and self.storm_ok
+
+    def __str__(self) -> str:
+        head = ("✓ Your order holds: enqueued exactly once and completed with Redis up; "
+                "with Redis down nothing was lost and the next tick after recovery took the "
+                "row (D2, D3, D8)." if self.ok else "✗ Not yet:")
+        return "\n".join([head, "Redis up:", *("  " + s for s in self.calm),
+                          "Redis stopped during your steps, then back:",
+                          *("  " + s for s in self.storm)])
+
+
+async def _one_row(lab: Any, conn: Any, task_id: str) -> Any:
+    """The row as the product's scan (D1) hands it to a tick."""
+    rows = [r for r in await dispatcher.scan(conn, lab.settings) if r.id == task_id]
+    if not rows:
+        raise AssertionError(f"the scan did not pick {task_id}")
+    return rows[0]
+
+
+async def _run_steps(fn: Any, row: Any, steps: Steps) -> str | None:
+    """Run the learner's function for one row; the error's one-line form, or None."""
+    try:
+        await asyncio.wait_for(fn(row, steps), 2 * T)
+    except Exception as err:  # the learner's exception is what a tick would end on (D8)
+        return f"{type(err).__name__}"
+    return None
+
+
+async def _completions(lab: Any, task_id: str) -> int:
+    return sum(1 for e in lab.recorder.events if e["kind"] == "completed"
+               and e.get("task_id") == task_id and "exported" in str(e.get("result")))
+
+
+async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
+    """Run a learner's `async def fn(row, steps)` (the steps of one WAITING row) against
+    the real system, in a lab world of its own with its own Redis server:
+
+    1. **Redis up**: a new export, scanned by the product's scan; `fn` runs; its job must
+       be in the queue and its row marked (D2, D3); then a real worker completes it, once.
+    2. **Redis stopped for real** (`private_redis.outage`) while `fn` runs for a second
+       export; then Redis comes back (empty), one real dispatcher tick runs and a worker
+       is started. The row must not be lost: a row marked dispatched with no job is
+       skipped by the scan for 30 s (D1, D3); a row left unmarked is taken by that tick
+       and completed."""
+    from labs.lab import Lab
+
+    if fn is None:
+        return "not attempted yet: write my_dispatch_one(row, steps) above"
+    if not inspect.iscoroutinefunction(fn):
+        return "✗ write it as `async def my_dispatch_one(row, steps): ...` (the steps are awaited)"
+    verdict = OrderVerdict()
+    lab = await Lab.open("23-order-judge", settings=settings, tickets=10, private_redis=True)
+    try:
+        async with Ledger(lab.settings.database_url).connection() as conn:
+            steps = Steps(lab.queue, lab.settings, conn)
+            await _calm(lab, conn, fn, steps, verdict)
+            await _storm(lab, conn, fn, steps, verdict)
+    finally:
+        await lab.close(check=False)
+    return verdict
+
+
+async def _calm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+    calm = await lab.request_export(ORDER_FILTERS)
+    error = await _run_steps(fn, await _one_row(lab, conn, calm.id), steps)
+    row, job = await lab.task(calm.id), await lab.job(calm.id)
+    say = verdict.calm.append
+    if error:
+        say(f"your steps raised {error} although Redis was up")
+    if job is None:
+        say("no job in the queue: the row was never enqueued (D2)")
+    if row.dispatched_at is None:
+        say("dispatched_at was not marked: every scan takes the row again as never "
+            "dispatched, first in line (D3)")
+    if job is None or error:
+        return
+    await lab.start_worker("J")
+    try:
+        await lab.wait_for("completed", task_id=calm.id, timeout=T)
+    finally:
+        await lab.stop_worker("J")
+    done, runs = await lab.task(calm.id), await _completions(lab, calm.id)
+    say(f"one job (<task>-{row.run}); the worker ran it {runs} time(s); "
+        f"the task is {done.status.value}")
+    verdict.calm_ok = (row.dispatched_at is not None and runs == 1
+                       and done.status.value == "COMPLETED")
+
+
+async def _storm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+    storm = await lab.request_export(ORDER_FILTERS)
+    row = await _one_row(lab, conn, storm.id)
+    async with private_redis.outage(lab):
+        error = await _run_steps(fn, row, steps)
+        during = await lab.task(storm.id)
+    say = verdict.storm.append
+    say(f"your steps {'raised ' + error if error else 'returned'}; the row: WAITING, "
+        f"dispatched_at {'set' if during.dispatched_at else 'NULL'}, no job")
+    report = await lab.dispatch()  # Redis is back, empty: the first tick after recovery
+    job = await lab.job(storm.id)
+    if during.dispatched_at is not None and job is None:
+        verdict.lost = True
+        say(f"LOST: the first tick after recovery scanned {report.scanned} row(s) and skipped "
+            "it — it says 'checked' with no job behind it, so the scan leaves it for 30 s "
+            "(D1, D3); read as 'sent', never again")
+        return
+    if job is None:
+        say("the first tick after recovery did not enqueue it")
+        return
+    await lab.start_worker("J")
+    try:
+        await lab.wait_for("completed", task_id=storm.id, timeout=T)
+    finally:
+        await lab.stop_worker("J")
+    done, runs = await lab.task(storm.id), await _completions(lab, storm.id)
+    say(f"the first tick after recovery enqueued it (added={report.added}); the worker ran "
+        f"it {runs} time(s); the task is {done.status.value}")
+    verdict.storm_ok = runs == 1 and done.status.value == "COMPLETED"
+
+
+# ------------------------------------------------------------ §5: the tick loop (D8)
+
+class Ticker:
+    """The product's `DispatchLoop` ticking a lab's dispatcher (D8), every `tick_s`
+    seconds instead of 3 s, with every loop event it reports (`tick.start`, `tick.done`,
+    `tick.fault`, `tick.skipped`) kept in `events` and in the lab's history, so a cell can
+    wait for one (`await ticker.wait("tick.skipped")`) instead of sleeping. Its ticks run
+    as the lab's dispatcher: the lab's gates catch them and its log keeps their lines.
+    `lab.close()` stops it."""
+
+    def __init__(self, lab: Any, *, tick_s: float = 0.2) -> None:
+        self.lab = lab
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.running = 0
+        #: The most ticks ever running at once (D8: 1).
+        self.max_running = 0
+        self._changed = asyncio.Event()
+        self.loop = DispatchLoop(lab.queue, lab.settings.replace(dispatch_tick_s=tick_s),
+                                 listener=self._on)
+
+    def _on(self, event: str, info: dict[str, Any]) -> None:
+        if event == "tick.start":
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        elif event in ("tick.done", "tick.fault"):
+            self.running -= 1
+        self.events.append((event, info))
+        kind = {"tick.start": "invoke", "tick.done": "ok", "tick.fault": "fail"}.get(event,
+                                                                                     "info")
+        detail = info.get("report") or info.get("error") or ""
+        self.lab.history.add(actor="dispatch loop", type=kind, op=event,
+                             detail=f"tick {info.get('tick', '')} {detail}".strip())
+        self._changed.set()
+
+    def start(self) -> None:
+        """Start the loop (its first tick at once), as the lab's dispatcher."""
+        with self.lab.routes.acting_as("dispatcher"):
+            self.loop.start()
+        self.lab.add_cleanup(self.stop)
+
+    async def stop(self) -> None:
+        await self.loop.stop(timeout=T)
+
+    def mark(self) -> int:
+        """The number of events so far: `wait(..., since=mark)` looks only after it."""
+        return len(self.events)
+
+    async def wait(self, event: str, *, since: int = 0, timeout: float = T,
+                   where: Any = None) -> dict[str, Any]:
+        """The first `event` at or after position `since` (bounded by `timeout`)."""
+        async def found() -> dict[str, Any]:
+            while True:
+                for kind, info in self.events[since:]:
+                    if kind == event and (where is None or where(info)):
+                        return info
+                self._changed.clear()
+                await self._changed.wait()
+
+        return await asyncio.wait_for(found(), timeout)
+
+    def counts(self) -> dict[str, int]:
+        """How many ticks started, finished, failed and were skipped so far."""
+        return {k.removeprefix("tick."): sum(1 for e, _ in self.events if e == k)
+                for k in ("tick.start", "tick.done", "tick.fault", "tick.skipped")}
+
+
+def window(lab: Any, start: int, end: int | None = None) -> History:
+    """The lab's history rows from position `start` (to `end`) as a history of their own,
+    for a swimlane of one scene (`window(lab, mark).plot(...)`)."""
+    part = History(start=lab.history.start)
+    part.rows = [_dispatcher_gate(r) for r in lab.history.rows[start:end]]
+    return part
+
+
+def _dispatcher_gate(row: dict[str, Any]) -> dict[str, Any]:
+    """A gate at a `dispatch.*` probe holds the dispatcher, whose probes carry no actor:
+    put its pause and release in the dispatcher's lane instead of an unnamed one."""
+    if row["actor"] == "?" and row["op"] == "gate" and " at dispatch." in row["detail"]:
+        return {**row, "actor": "dispatcher", "process": "dispatcher"}
+    return row
+
+
+# ------------------------------------------------------------ diagnosis cases (labs.cases)
+
+async def _stage_waiting_dispatched(lab: Any) -> str:
+    """The book's 练习 C: a reminder due tomorrow, dispatched by a real tick — WAITING with
+    `dispatched_at` set, its job delayed until tomorrow (D1, D2)."""
+    due = datetime.now(UTC) + timedelta(days=1)
+    _ticket, task = await lab.create_ticket("Call the supplier back", actor="eve", due_at=due)
+    await lab.dispatch()
+    return task.id
+
+
+async def _stage_orphan_job(lab: Any) -> str:
+    """A job of an older run, staged for real: the lab's workers are stopped; worker C,
+    started with an export limit of 1, rejects an export of many tickets for good (X1, P8:
+    FAILED, its job `<task>-0` failed); the limit is raised (C again, with the product's
+    limit), Ben retries (R2: run 1), a tick adds `<task>-1` and C completes it. The failed
+    record of run 0 is still in the queue (Q1 keeps failed jobs a week)."""
+    task = await lab.request_export({"status": ["OPEN"], "priority": ["LOW"]})
+    old_job = task_job_id(task.id, 0)
+    await lab.stop_workers()  # only C, with its limit, may take run 0
+    await lab.start_worker("C", export_limit=1)
+    try:
+        with lab.expect_errors(source="worker failed", job_id=old_job):
+            await lab.dispatch()
+            await lab.wait_for("failed", job_id=old_job, timeout=T)
+        await lab.start_worker("C")  # the limit raised: C again, with the product's
+        await lab.retry(task.id, user="ben")
+        await lab.dispatch()
+        await lab.wait_for("completed", job_id=task_job_id(task.id, 1), timeout=T)
+    finally:
+        await lab.stop_worker("C")
+    return task.id
+
+
+CASES = {
+    "waiting-dispatched": CaseSpec(
+        name="waiting-dispatched",
+        title="WAITING, dispatched_at set: is it stuck?",
+        stage=_stage_waiting_dispatched,
+        choices={
+            "stuck": "stuck: the dispatcher marked it and lost it; it needs a manual fix",
+            "delayed": "not stuck: it was enqueued, its job waits in the queue (delayed "
+                       "until run_at); dispatched_at is the last enqueue check",
+            "mark-first": "the mark was written before the add, and the add failed",
+            "worker-died": "a worker claimed it and died; it waits for the stale recovery",
+            "scan-failing": "the scans keep failing, so nobody looks at it again",
+        },
+        cause="delayed", rules=frozenset({"D1", "D2", "D4"}),
+        why="the scan has no run_at <= now condition, so tomorrow's reminder is enqueued "
+            "today as a delayed job; every 30 s a scan re-checks it and only refreshes "
+            "dispatched_at while the job is queued (D1, D2, D4). Worry only when the job is "
+            "missing and the scans are failing."),
+    "orphan-job": CaseSpec(
+        name="orphan-job",
+        title="A failed job of a task that is COMPLETED",
+        stage=_stage_orphan_job,
+        choices={
+            "ledger-lies": "the ledger is wrong: the task failed and COMPLETED is a lie",
+            "old-run": "a leftover of run 0: Retry opened run 1 with its own job id; the "
+                       "old failed record is kept by the queue's retention and is harmless",
+            "duplicate": "a duplicate dispatch of run 1 that failed beside the one that ran",
+            "listener": "the failed listener forgot to write FAILED to the ledger",
+            "d4-missed": "the dispatcher's D4 failed branch missed it and must fail the task",
+        },
+        cause="old-run", rules=frozenset({"R2", "R3", "I2", "Q1"}),
+        why="a manual retry opens run + 1, whose job id <task>-1 is new (I2, R2); the "
+            "failed record of <task>-0 stays for removeOnFail's week (Q1) and, if it were "
+            "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "
+            "job: nothing in the ledger's current run points at it."),
+}
+
+
+# ------------------------------------------------------------ §3: the scan's fairness (D1)
+
+async def reminders_due_tomorrow(lab: Any, n: int) -> list[BackgroundTask]:
+    """`n` tickets due tomorrow, each with its REMINDER task (O3), all dispatched by real
+    ticks (as delayed jobs, D2) and then aged 31 s or more (clock compression): every one
+    of them is due for the 30 s re-check (D1) when the next row arrives. The first is
+    aged a second more than the second, and so on, so the scans' order among them is
+    fixed (a tick marks its rows with one `now()`: ties)."""
+    due = datetime.now(UTC) + timedelta(days=1)
+    tasks = [(await lab.create_ticket(f"Follow-up {i}", actor="eve", due_at=due))[1]
+             for i in range(1, n + 1)]
+    while (await lab.dispatch()).scanned:  # the scan of `dispatch_batch_size` rows each
+        pass
+    for i, task in enumerate(tasks):
+        await lab.age(task.id, 31 + len(tasks) - i)
+    return tasks
+
+
+#: The D1 scan without `NULLS FIRST`: PostgreSQL sorts NULL last in an ascending order,
+#: so never-dispatched rows would queue behind every row due for a re-check.
+_WITHOUT_NULLS_FIRST = text("""
+SELECT id FROM background_tasks
+ WHERE status = 'WAITING'
+   AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :age_s))
+ ORDER BY dispatched_at ASC, run_at ASC, id
+ LIMIT :limit""")
+
+
+async def without_nulls_first(lab: Any, names: Names) -> list[str]:
+    """Which rows a scan ordered `dispatched_at ASC, run_at ASC` — without `NULLS FIRST` —
+    would pick now, by name: the counterfactual of the book's fairness argument (a read,
+    nothing enqueued)."""
+    async with lab.sessions() as s:
+        rows = await s.execute(_WITHOUT_NULLS_FIRST, {
+            "age_s": float(lab.settings.redispatch_age_s),
+            "limit": lab.settings.dispatch_batch_size})
+        return [names.of(r.id) for r in rows]

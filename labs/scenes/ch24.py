@@ -8,6 +8,8 @@ chapter; the scenes (re-schedule, clear, close, run, duplicate) stay in the cell
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -69,3 +71,88 @@ def d_judged(facts: dict[str, Any] | None) -> bool | str:
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
         return f"the new reminder is {status}, not yet completed with a reminder sent"
     return facts["d1"] == ("WAITING", "delayed") or f"d1 is {facts['d1']}"
+
+
+# ------------------------------------------------------------ 练习 (ours): the stale check
+
+@dataclass
+class StaleVerdict:
+    """What the real reminder executor did with a learner's stale check, per situation."""
+
+    lines: list[str] = field(default_factory=list)
+    right: int = 0
+    total: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.total > 0 and self.right == self.total
+
+    def __str__(self) -> str:
+        head = ("✓ every reminder did what it should: only the current one reminded anyone "
+                "(M1, O3, P10)" if self.ok else f"✗ {self.right} of {self.total} right:")
+        return "\n".join([head, *self.lines])
+
+
+async def _situations(lab: Any) -> list[tuple[str, Any, bool, str]]:
+    """Four tickets, each with a reminder due now, changed by the product's services:
+    (what happened, the reminder to run, whether it should remind anyone, what a wrong
+    answer costs)."""
+    from teamdesk.services import tickets as ticket_services
+
+    now = datetime.now(UTC)
+    out = []
+    _t, current = await lab.create_ticket("Judge: nothing changed", due_at=now)
+    out.append(("nothing changed since it was scheduled", current, True,
+                "the one reminder that was due never came"))
+    t, moved = await lab.create_ticket("Judge: re-scheduled", due_at=now)
+    await lab.set_due_date(t.id, now + timedelta(minutes=5))
+    out.append(("its due date moved (a newer reminder exists)", moved, False,
+                "the newer reminder will remind too: twice for one ticket"))
+    t, cleared = await lab.create_ticket("Judge: due date cleared", due_at=now)
+    await lab.set_due_date(t.id, None)
+    out.append(("its due date was cleared", cleared, False,
+                "a reminder for a ticket that has no due date any more"))
+    t, closed = await lab.create_ticket("Judge: closed", due_at=now)
+    async with lab.sessions() as s:
+        await ticket_services.close_ticket(s, lab.team, "ben", t.id)
+    out.append(("its ticket was closed", closed, False,
+                "a reminder about a closed ticket"))
+    return out
+
+
+async def judge_stale(lab: Any, fn: Any) -> StaleVerdict | str:
+    """Run the real processor and REMINDER executor (`process_task`, claim → team lock →
+    ticket read → the check → effects → fenced completion, P10) on four reminders, with
+    the learner's `fn(task, ticket)` as the executor's stale check (the product's seam
+    `TaskContext.stale_check`, M1); judge each by its real effects: a notification for
+    that ticket and revision, and the task's status and summary."""
+    from labs.scenes.ch26a import StandInJob
+    from teamdesk.tasks.context import TaskContext
+    from teamdesk.tasks.processor import process_task
+
+    if fn is None:
+        return "not attempted yet: write my_stale_reason(task, ticket) above"
+    if not callable(fn):
+        return "✗ write a function: def my_stale_reason(task, ticket): ..."
+    ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
+    verdict = StaleVerdict()
+    for what, task, should_send, cost in await _situations(lab):
+        verdict.total += 1
+        try:
+            await process_task(StandInJob(task.id), None, ctx)
+        except Exception as err:  # the learner's check raised: the processor re-raised it
+            verdict.lines.append(f"  ✗ {what}: your check raised {type(err).__name__}; the "
+                                 "reminder is left for a retry, nobody was told why")
+            continue
+        row = await lab.task(task.id)
+        sent = (row.result_summary or "").startswith("Reminder sent")
+        if sent == should_send:
+            verdict.right += 1
+            mark = "✓"
+        else:
+            mark = "✗"
+        did = "reminded" if sent else "sent nothing"
+        ought = "" if sent == should_send else f" — {cost}"
+        verdict.lines.append(f"  {mark} {what}: {did} ({row.status.value}: "
+                             f"{row.result_summary}){ought}")
+    return verdict

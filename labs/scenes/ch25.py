@@ -1,19 +1,30 @@
 """Scene helpers of `25-exports.ipynb` (chapter 25, inferred: exports).
 
-A download that reports instead of raising, a read-only count for the exercise, a
-snapshot of both records while an export is paused, and the exercise's judge. A learner
-need not read them to follow the chapter; the scenes (the gates between batches, the
-rejection, the demotion, the purge) stay in the cells.
+A download that reports instead of raising, a read-only count, a snapshot of both records
+while an export is paused, the task row an older release's request would have written
+(for the invalid-filter scene, P8), and the exercise's judge: the learner's narrower
+filters run as a real export (request, dispatcher, worker, download) and are judged by
+the rows it saved (X1, R4). A learner need not read them to follow the chapter; the
+scenes (the gates between batches, the rejections, the retry, the demotion, the purge)
+stay in the cells.
 """
 
 from __future__ import annotations
 
+import asyncio
+import csv
+import io
+from dataclasses import dataclass
 from typing import Any
 
-from teamdesk.db.models import Scope
+from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
 from teamdesk.errors import TeamDeskError
 from teamdesk.services import exports
 from teamdesk.services.exports import ExportFile
+from teamdesk.tasks.outbox import new_export_task
+from teamdesk.tasks.queue import task_job_id
+
+T = 8.0  # seconds: the bound on every wait of the judge
 
 
 async def download(lab: Any, user: str, task: Any) -> ExportFile:
@@ -65,3 +76,85 @@ def fits(filters: Any, matched: int | str | None, limit: int) -> bool | str:
     if matched is None:
         return "nothing counted yet"
     return 0 < matched <= limit or f"they match {matched} tickets; the aim is 1–{limit}"
+
+
+async def legacy_export(lab: Any, filters: dict[str, Any], *, user: str = "ben"
+                        ) -> BackgroundTask:
+    """An EXPORT task whose stored `filters` are taken as given — the row an older
+    release's request could have written before a filter value was retired. It goes
+    through the outbox's own `new_export_task` (WAITING, run 0, not dispatched, O1); only
+    today's request checks filters first (`request_export`), so this is how a task whose
+    filters no longer validate reaches a worker, where it is a permanent rejection (P8)."""
+    async with lab.sessions() as s, s.begin():
+        task = await new_export_task(s, team_id=lab.team, owner_id=user, scope=Scope.TEAM,
+                                     filters=filters)
+        task_id = task.id
+    return await lab.task(task_id)
+
+
+# ---------------------------------------------------------------- the exercise: narrower
+
+#: What Ben asked for in §4, kept by every retry (R4): the exercise narrows it.
+WISH = {"text": "Webhook"}
+
+
+@dataclass
+class NarrowedVerdict:
+    """The exercise's verdict: `ok` when the learner's filters, requested as a new task,
+    ran to COMPLETED with the rows they mean — each about Webhook, 1 to the limit."""
+
+    ok: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+async def _finished(lab: Any, job_id: str) -> dict[str, Any]:
+    """The first `completed` or `failed` event of `job_id` (bounded)."""
+    waits = [asyncio.ensure_future(lab.wait_for(kind, job_id=job_id, timeout=T))
+             for kind in ("completed", "failed")]
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in pending:
+        w.cancel()
+    return next(iter(done)).result()
+
+
+async def judge_narrowed(lab: Any, filters: Any, *, user: str = "ben") -> NarrowedVerdict:
+    """Request `filters` as a new export (X1: validated and counted first), dispatch it,
+    let the lab's worker W run it, download it and read the rows: ✓ when it COMPLETED
+    with 1 to `export_limit` rows, every title about Webhook, exactly the tickets the
+    filters match (a new, narrower task, R4). Else what went wrong, from the real system."""
+    if not isinstance(filters, dict) or filters.get("text") != WISH["text"]:
+        return NarrowedVerdict(False, "✗ keep Ben's wish, {'text': 'Webhook', …}, and "
+                                      "narrow it with more filters")
+    try:
+        task = await lab.request_export(filters, user=user)
+    except TeamDeskError as err:
+        return NarrowedVerdict(False, f"✗ the request was refused and wrote nothing — "
+                                      f"{type(err).__name__}: {err}")
+    if "W" not in lab.workers:
+        await lab.start_worker("W", export_batch_size=10)
+    job_id = task_job_id(task.id, 0)
+    with lab.expect_errors(source="worker failed", job_id=job_id):  # a late rejection
+        await lab.dispatch()
+        await _finished(lab, job_id)
+    row = await lab.task(task.id)
+    if row.status is not TaskStatus.COMPLETED:
+        return NarrowedVerdict(False, f"✗ accepted, but the export ended {row.status.value}: "
+                                      f"{row.last_error}")
+    saved = list(csv.DictReader(io.StringIO((await download(lab, user, task)).csv)))
+    async with lab.sessions() as s:
+        meant = await exports.matching_tickets(s, lab.team, user, task.scope,
+                                               exports.validate_filters(filters))
+    limit = lab.settings.export_limit
+    if not saved:
+        return NarrowedVerdict(False, "✗ it ran, but saved 0 rows: narrow the export, "
+                                      "do not empty it")
+    if [int(r["id"]) for r in saved] != [t.id for t in meant] or not all(
+            WISH["text"].lower() in r["title"].lower() for r in saved):
+        return NarrowedVerdict(False, "✗ the saved rows are not the tickets your filters "
+                                      "match")
+    return NarrowedVerdict(True, f"✓ a new, narrower task: COMPLETED, {len(saved)} rows "
+                                 f"(limit {limit}), every one about Webhook — "
+                                 f"{row.result_summary} (X1, R4)")

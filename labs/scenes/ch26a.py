@@ -8,6 +8,7 @@ is the product's own classification of each attempt (P4, P7, I3).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -195,3 +196,54 @@ async def judge_kinds(lab: Any, ctx: TaskContext, choices: Any) -> KindsVerdict:
     head = ("✓ every task ended the way it should (P7)" if right == len(SITUATIONS)
             else f"{right} of {len(SITUATIONS)} right")
     return KindsVerdict(right == len(SITUATIONS), "\n".join([head, *lines]))
+
+
+# ---------------------------------------------------------------- §2: the backoff, measured
+
+def attempt_times(lab: Any, job_id: str) -> list[dict[str, Any]]:
+    """Each attempt of one queue job, from the lab's worker events: when it started (the
+    worker's `active`) and when it failed (`failed`), in seconds since the first start, and
+    the wait before it (from the previous failure to this start: the backoff, Q1)."""
+    starts = [e["t"] for e in lab.recorder.of("active", job_id=job_id)]
+    fails = [e["t"] for e in lab.recorder.of("failed", job_id=job_id)]
+    t0 = starts[0] if starts else 0.0
+    rows = []
+    for n, start in enumerate(starts):
+        rows.append({"attempt": n + 1, "started": round(start - t0, 3),
+                     "failed": round(fails[n] - t0, 3) if n < len(fails) else None,
+                     "waited": round(start - fails[n - 1], 3) if n else None})
+    return rows
+
+
+def plot_attempts(rows: list[dict[str, Any]], *, title: str) -> Any:
+    """A small timeline of `attempt_times`: one mark per attempt, the waits between them
+    drawn as arrows with their length, so "2 s, then 4 s" can be read off the axis."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    class AttemptsFigure(Figure):
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png")
+            return buf.getvalue()
+
+    fig = AttemptsFigure(figsize=(8, 2.2), dpi=100)
+    ax = fig.subplots()
+    for r in rows:
+        ax.plot([r["started"]], [0], "o", color="tab:blue")
+        ax.annotate(f"attempt {r['attempt']}", (r["started"], 0), (0, 10),
+                    textcoords="offset points", ha="center")
+        if r["failed"] is not None:
+            ax.plot([r["failed"]], [0], "x", color="tab:red")
+    for prev, r in itertools.pairwise(rows):
+        ax.annotate("", (r["started"], -0.5), (prev["failed"], -0.5),
+                    arrowprops={"arrowstyle": "<->", "color": "grey"})
+        ax.text((prev["failed"] + r["started"]) / 2, -0.45, f"backoff {r['waited']:.1f} s",
+                ha="center", va="bottom", color="grey")
+    ax.set_ylim(-1, 1)
+    ax.set_yticks([])
+    ax.set_xlabel("seconds since attempt 1 started (o: start, x: failed)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

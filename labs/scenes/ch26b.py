@@ -1,5 +1,5 @@
-"""Scene helpers of `notebooks/26b-takeover-race.ipynb` (ch. 26 §4): the learner's fence,
-judged by the real race.
+"""Scene helpers of `notebooks/26b-takeover-race.ipynb` (ch. 26 §4): the learner's fence
+and the learner's test, each judged by the real race.
 
 The exercise asks for the condition of A's fenced writes — the `WHERE` every fenced
 statement of `teamdesk/tasks/queries.sql` ends with (P3). `where_fence(text)` turns the
@@ -12,13 +12,24 @@ as the product's does. `judge_fence(text)` then runs, in a world of its own:
 2. **the takeover race** of §4.1–§4.5 with that fence for A only: A frozen after its
    read, the tickets change, B takes over with E2, A comes back late, B finishes — B's
    CSV (the changed titles) must be the one saved.
+
+The book's Exercise A asks for a *test*: `judge_test(test_fn)` runs the learner's async test
+twice, each time in a fresh world — against the product, where it must pass, and with the
+status-only guard switched on for A (`lab.counterexample("status-only-guard", actor="A")`),
+where it must fail: a test that cannot catch the bug is not a test. Each run is bounded (a
+test that hangs is reported as hanging, not waited for) and must leave no gate held, pass or
+fail (the book: finally 无论断言成功与否都释放关卡). `takeover` is the recipe such a test
+follows, as the notebook's scenes use it (§4's second pause).
 """
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
+import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +152,14 @@ async def _race(lab: Any, verdict: FenceVerdict) -> None:
         verdict.saved = "B" if all(t.startswith("B-era: ") for t in titles) else "A"
 
 
+async def _servers(settings: Any) -> Any:
+    """`settings` with the servers' URLs resolved once (`devkit.services`), so the judge's
+    fresh worlds do not each ask the embedded servers again."""
+    from devkit import services
+
+    return await asyncio.to_thread(services.resolve_settings, settings)
+
+
 async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str:
     """Run the two real runs of the module docstring with `where` as A's fence, in a lab
     world of its own; a verdict, or a line saying what to write when `where` is not a
@@ -168,3 +187,186 @@ async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str
     finally:
         await lab.close(check=False)
     return verdict
+
+
+# ---------------------------------------------------------------- the recipe, as a scene
+
+
+async def takeover(lab: Any, a_point: str, *, a_opts: dict[str, Any]) -> tuple[int, list[str]]:
+    """The takeover race of §4.1–§4.7 as one run, A frozen at `a_point` (P2, P3, P5, P6):
+    A claims and freezes; the HIGH tickets are retitled `new: …`; B takes over (a real
+    `stalled`) and is held after its claim; A comes back late and the row must still be
+    B's snapshot, with no 100 reported; B finishes and its CSV is the one saved; a late
+    duplicate is skipped (P1). Returns (rows B saved, A's writes that failed on the lease).
+    The gates are released in `finally`, whatever happened."""
+    from sqlalchemy import update
+
+    from labs import tables
+    from labs.lab import WATCHFUL
+
+    t = await lab.request_export({"priority": ["HIGH"]})
+    jid = task_job_id(t.id, 0)
+
+    def mine(ctx: dict[str, Any]) -> bool:
+        return ctx["task_id"] == t.id
+
+    g_a = lab.gate(a_point, actor="A", when=mine)
+    g_b = lab.gate("claim.after", actor="B", when=mine)
+    try:
+        await lab.stop_worker("B")                   # only A may take the first delivery
+        await lab.start_worker("A", **a_opts)
+        await lab.enqueue(t.id)
+        a_ctx = await g_a.reached(T)
+        async with lab.sessions() as s, s.begin():   # A's copy is now out of date
+            await s.execute(update(Ticket).where(Ticket.priority == "HIGH")
+                            .values(title="new: " + Ticket.title))
+        await lab.start_worker("B", **WATCHFUL)
+        await lab.wait_for("stalled", job_id=jid, timeout=T)
+        b_ctx = await g_b.reached(T)
+        before = await tables.row(lab, t.id)
+        assert before["execution_id"] == b_ctx["execution_id"] != a_ctx["execution_id"]
+        with lab.expect_errors(source="worker error", actor="A", job_id=jid):
+            g_a.release()                            # the queue's lock is B's now
+            await g_a.passed(T)
+            await lab.wait_for("error", actor="A", job_id=jid, timeout=T)
+        assert await tables.row(lab, t.id) == before
+        assert (await lab.job(t.id)).progress != 100
+        g_b.release()
+        await lab.wait_for("completed", actor="B", job_id=jid, timeout=T)
+        done = await lab.task(t.id)
+        saved = [r["title"] for r in csv.DictReader(io.StringIO(done.result_csv or ""))]
+        assert done.status.value == "COMPLETED" and saved
+        assert all(x.startswith("new: ") for x in saved)
+        rerun = await lab.enqueue(t.id, jobId=f"{jid}-again")
+        late = await lab.wait_for("completed", job_id=rerun.id, timeout=T)
+        assert late["result"].startswith("skipped")
+    finally:
+        g_a.release()
+        g_b.release()
+    return len(saved), [r["op"] for r in lab.history.of(actor="A", type="fail", task_id=t.id)]
+
+
+# ---------------------------------------------------------------- 练习 A: the learner's test
+
+#: A learner's test: an async function of one lab world.
+LabTest = Callable[[Any], Awaitable[Any]]
+#: The two worlds a test is run in: (label, counterexample switched on for A or None).
+WORLDS = (("the product", None), ("the status-only guard for A", "status-only-guard"))
+#: Seconds one run of a learner's test may take before it is reported as hanging.
+BOUND = 30.0
+
+
+@dataclass
+class TestRun:
+    """One run of a learner's test in one world."""
+
+    __test__ = False  # not a pytest class
+
+    world: str
+    #: "passed", "failed" (an assertion said no), "timed out" (a bounded wait inside the
+    #: test ran out), "errored" (any other exception) or "hung" (the run's bound ran out).
+    outcome: str = "errored"
+    detail: str = ""
+    #: The gates the test left unreleased when it ended ("point for actor").
+    held: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        line = f"{self.world}: {self.outcome}" + (f" — {self.detail}" if self.detail else "")
+        if self.held:
+            line += f"\n    and it left {', '.join(self.held)} held: release gates in finally"
+        return line
+
+
+@dataclass
+class TestVerdict:
+    """Exercise A's verdict: `ok` when the test passes on the product, fails by an
+    assertion on the status-only guard, and releases its gates both times."""
+
+    __test__ = False  # not a pytest class
+
+    product: TestRun
+    guard: TestRun
+
+    @property
+    def ok(self) -> bool:
+        return (self.product.outcome == "passed" and self.guard.outcome == "failed"
+                and not self.product.held and not self.guard.held)
+
+    def __str__(self) -> str:
+        if self.ok:
+            head = ("✓ your test is a test: it passes on the product and catches the "
+                    "status-only guard (P3, P5, P6)")
+        elif self.product.outcome != "passed":
+            head = "✗ on the product your test does not pass: a test must pass where the rule holds"
+        elif self.guard.outcome == "passed":
+            head = ("✗ your test passes on the status-only guard too: a test that cannot "
+                    "catch the bug is not a test")
+        elif self.guard.outcome != "failed":
+            head = ("✗ on the guard your test did not fail by an assertion: it must catch the "
+                    "bug by what it asserts about the row, not by a wait that runs out")
+        else:
+            head = "✗ your test left a gate held: release every gate in finally"
+        return "\n".join([head, f"  {self.product}", f"  {self.guard}"])
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's first line; for a bare `assert`, the line that failed."""
+    text = (str(err).splitlines() or [""])[0]
+    if not text:
+        frames = traceback.extract_tb(err.__traceback__)
+        text = f"at `{frames[-1].line}`" if frames and frames[-1].line else "(no message)"
+    line = f"{type(err).__name__}: {text}"
+    return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
+
+
+def _is_a_wait(err: AssertionError) -> bool:
+    """A bounded wait of the lab that ran out (`GateTimeout`, `lab.wait_for`): it reports a
+    sync point that never came, not a fact the test asserted."""
+    from labs.gates import GateTimeout
+
+    return isinstance(err, GateTimeout) or str(err).startswith("no '")
+
+
+async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: Any,
+                    bound: float) -> TestRun:
+    from labs.gates import Gate
+    from labs.lab import Lab
+
+    run = TestRun(world)
+    # A name per world: in a kernel, opening a lab closes an open one of the same name.
+    lab = await Lab.open(f"26b-test-judge-{'guard' if bug else 'product'}",
+                         settings=settings, tickets=40)
+    try:
+        if bug is not None:
+            lab.counterexample(bug, actor="A")
+        try:
+            await asyncio.wait_for(test_fn(lab), bound)
+            run.outcome = "passed"
+        except TimeoutError:
+            run.outcome, run.detail = "hung", f"still running after {bound:g} s"
+        except AssertionError as err:
+            run.outcome = "timed out" if _is_a_wait(err) else "failed"
+            run.detail = _first_line(err)
+        except Exception as err:  # the learner's code: any error is a verdict, not a crash
+            run.outcome, run.detail = "errored", _first_line(err)
+        run.held = [f"{g.point} for {g.actor or 'anyone'}" for g in lab.gates
+                    if isinstance(g, Gate) and not g.is_released]
+    finally:
+        await lab.close(check=False)
+    return run
+
+
+async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND
+                     ) -> TestVerdict | str:
+    """Exercise A: run `test_fn(lab)` in a fresh world on the product, then in another with
+    the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
+    checked for gates left held. A verdict, or a line saying what to pass."""
+    if test_fn is None:
+        return "not attempted yet: write my_test above"
+    if not asyncio.iscoroutinefunction(test_fn):
+        return "✗ pass the test function itself: an `async def` taking the lab"
+    settings = await _servers(settings)
+    # The two worlds share nothing (own database, own prefix, own gates): run side by side.
+    product, guard = await asyncio.gather(*(
+        _run_once(test_fn, world, bug, settings=settings, bound=bound) for world, bug in WORLDS))
+    return TestVerdict(product, guard)

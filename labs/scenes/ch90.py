@@ -1,28 +1,162 @@
-"""Scene helpers of `90-chaos.ipynb` (machinery out of the cells). The chaos
-run itself is `labs.chaos`; these only judge the exercise and check the clean-up, so the
-notebook's cells stay one line each.
+"""Scene helpers of `90-chaos.ipynb` (machinery out of the cells). The chaos run itself
+is `labs.chaos`; these judge the write-it-yourself invariant, show one clobbered task's
+history, stage the diagnosis case, and check the clean-up.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 import psutil
-from sqlalchemy import select
 
-from labs.chaos import FIXED_FAILED_TEXTS
-from teamdesk.db.models import BackgroundTask, TaskStatus
+from labs.cases import CaseSpec
+from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant
+from labs.lab import STUCK, WATCHFUL
+
+__all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "clobbered_ids",
+           "judge_invariant", "recover", "task_history", "worker_children"]
+
+#: The product's run of the notebook: two workers, 60 tasks, 6 s of faults whose seeded
+#: schedule (seed 18) puts a SIGSTOP, a cut, a SIGKILL and a Redis restart on exports held
+#: in flight; the Redis restart last, so its wait for D6 holds up no other fault.
+CONFIG = ChaosConfig(seed=18, workers=2, tasks=60, duration=6.0, upfront=0.2, waves=6,
+                     kinds=("sigkill", "sigstop", "redis", "cut"), settle=30.0,
+                     export_tickets=200)
+#: The counterexample's run: the same seed, one SIGSTOP on a held export in a shorter
+#: window (one takeover is all it needs), the export's writes by `task_id + run`.
+CX_CONFIG = dataclasses.replace(CONFIG, tasks=24, duration=2.0, waves=3, kinds=("sigstop",),
+                                counterexample="lease-less-export")
+
+#: What a learner's invariant is: (ledger rows, history) → ids of the tasks it names.
+InvariantFn = Callable[[dict[str, dict[str, Any]], list[Any]], Any]
 
 
-async def raw_failures(world: Any) -> set[str]:
-    """The ids of the world's FAILED tasks whose `last_error` is none of the fixed texts —
-    the ledger's own word, read straight from `background_tasks` rather than from the
-    checker's report, on which rows a lease-less `failed` listener overwrote with the raw
-    error (W2, P8: a FAILED row carries a fixed, readable text)."""
-    async with world.sessions() as s:
-        failed = (await s.scalars(select(BackgroundTask).where(
-            BackgroundTask.status == TaskStatus.FAILED))).all()
-    return {t.id for t in failed if t.last_error not in FIXED_FAILED_TEXTS}
+def clobbered_ids(report: ChaosReport) -> set[str]:
+    """The tasks the checker's own lease-clobber invariant named in `report` (P3, P5, W2)."""
+    return {v.task_id for v in report.violations
+            if v.invariant is Invariant.CLOBBER and v.task_id}
+
+
+def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> bool | str:
+    """A learner's invariant, run on the ledger rows and recorded history of two real runs:
+    on the product's run it must name nothing (the fence held, P3, P5), on the
+    lease-less counterexample's run exactly the tasks whose result an old execution
+    wrote over a newer lease — the ones the checker's own invariant names. True, or why
+    not (for `learn.check`)."""
+    if not callable(fn):
+        return "write a function my_invariant(rows, history) that returns a set of task ids"
+    want = clobbered_ids(cx)
+    if not want:
+        return "the counterexample run clobbered nothing this time: run its cell again"
+    try:
+        on_clean = set(fn(dict(clean.rows), list(clean.history)) or ())
+        on_cx = set(fn(dict(cx.rows), list(cx.history)) or ())
+    except Exception as err:  # the learner's code: its error is a step of learning
+        return f"your function raised {type(err).__name__}: {err}"
+    if on_clean:
+        return (f"on the product's run it names {len(on_clean)} task(s), e.g. "
+                f"{sorted(on_clean)[0]}, but the lease held there: a task claimed twice "
+                "(a takeover) is not a clobber")
+    if on_cx != want:
+        missed, extra = sorted(want - on_cx), sorted(on_cx - want)
+        return (f"on the counterexample's run it names {sorted(on_cx) or 'nothing'}; the "
+                f"clobbered task(s) are {sorted(want)}"
+                + (f" (missed {missed})" if missed else "")
+                + (f" (not clobbered: {extra})" if extra else ""))
+    return True
+
+
+def task_history(report: ChaosReport, task_id: str) -> pd.DataFrame:
+    """One task's recorded claims and result writes, in time order, with execution ids
+    shortened to E1, E2, … in the order they claimed (for the eye)."""
+    rows = [c for c in report.history if c.task_id == task_id]
+    labels: dict[str, str] = {}
+    for c in rows:
+        if c.kind == "claim":
+            labels.setdefault(c.execution_id, f"E{len(labels) + 1}")
+    t0 = rows[0].t if rows else 0.0
+    return pd.DataFrame([{"t_s": round(c.t - t0, 3), "worker": c.worker, "what": c.kind,
+                          "execution": labels.get(c.execution_id, c.execution_id[:8])}
+                         for c in rows])
+
+
+# ------------------------------------------------------------ the diagnosis case
+
+
+async def _stage_stall_limit(lab: Any) -> str:
+    """Ch. 26 §7 test 5 with the real parts: A holds an export between two batches and
+    stops renewing its lock (STUCK); B checks for stalls with maxStalledCount 0, so the
+    queue fails the job on its first stall — while the ledger still says RUNNING under
+    A's lease. Returns the task id; A is left held at its gate (released at close)."""
+    task = await lab.request_export({"status": ["CLOSED"]}, user="ben")
+    # Staged again (a cell run twice): the earlier B would take the new job, and the
+    # earlier A's export must not be caught by the new gate.
+    await lab.stop_worker("B")
+    gate = lab.gate("export.after_read", actor="A",
+                    when=lambda ctx: ctx.get("task_id") == task.id)
+    await lab.start_worker("A", **STUCK)
+    await lab.dispatch()
+    await gate.reached()
+    await lab.start_worker("B", **WATCHFUL, max_stalled_count=0)
+    job_id = f"{task.id}-{task.run}"
+    await lab.wait_for("stalled", job_id=job_id)
+    await lab.wait_for("failed", job_id=job_id, actor="B")
+    lab.acknowledge(actor="B", job_id=job_id)  # the queue giving up is the case itself
+    return task.id
+
+
+async def recover(lab: Any, task_id: str) -> pd.DataFrame:
+    """What comes next for the stall-limit case (W3, D4, D6): compress the clock past the
+    stale age (`lab.age`), then two real dispatcher scans — the first recovers the
+    RUNNING row to WAITING and clears its lease (D6), the second reads the queue's failed
+    record and writes FAILED (D4). One row per step: status, lease, last_error."""
+    steps = []
+
+    async def snap(step: str, report: Any = None) -> None:
+        t = await lab.task(task_id)
+        steps.append({"step": step, "status": t.status.value,
+                      "lease": (t.execution_id or "-")[:8],
+                      "last_error": t.last_error or "",
+                      "scan": "" if report is None else
+                      f"recovered_stale={report.recovered_stale} "
+                      f"failed_from_queue={report.failed_from_queue}"})
+
+    await snap("the case")
+    await lab.age(task_id, float(lab.settings.stale_running_age_s) + 1)
+    await snap("scan 1 (D6)", await lab.dispatch())
+    await snap("scan 2 (D4)", await lab.dispatch())
+    return pd.DataFrame(steps).set_index("step")
+
+
+CASES: dict[str, CaseSpec] = {
+    "stall-limit": CaseSpec(
+        name="stall-limit",
+        title="RUNNING in the ledger, failed in the queue",
+        stage=_stage_stall_limit,
+        choices={
+            "stall-limit": "its executor stopped renewing the job's lock; the queue's stall "
+                           "check found the job stalled more often than allowed "
+                           "(maxStalledCount) and failed it, and the queue's word does not "
+                           "finish a RUNNING row",
+            "listener-crashed": "the `failed` listener crashed before it could write FAILED "
+                                "to the ledger",
+            "newer-lease": "a newer execution claimed the task, so the old one's FAILED "
+                           "report matched no row",
+            "redis-lost": "Redis lost the job record; the dispatcher will add it again",
+            "still-working": "nothing is wrong: the export is still running and will finish",
+        },
+        cause="stall-limit",
+        rules=frozenset({"W3", "D4", "W2"}),
+        why="a RUNNING row is never failed from the queue's word: its lease may belong to a "
+            "live executor (D4), and the failed listener only logs (W2). Once updated_at is "
+            "older than the stale age, D6 recovers it to WAITING, and the next scan reads the "
+            "failed record and writes FAILED with a fixed text (W3) — meanwhile the page "
+            "shows RUNNING: the cost W3 accepts.",
+    ),
+}
 
 
 def worker_children() -> list[psutil.Process]:

@@ -35,6 +35,12 @@ class TaskContext:
     #: The function every fenced write goes through (P3): `lease.leased_update`. A lab may
     #: pass an old fence of its own here to show what the lease prevents.
     fence: Fence = leased_update
+    #: Why a REMINDER no longer applies (M1), or None to send it: `(task, ticket) -> str |
+    #: None`, the ticket None when its row is gone. None here means the product's
+    #: `reminders.stale_reason`. A lab may pass a learner's condition (ch. 24's exercise);
+    #: the executor still does everything else — team lock, effects, the fenced completion
+    #: (P10) — exactly as always.
+    stale_check: Callable[[Any, Any], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.ledger is None:

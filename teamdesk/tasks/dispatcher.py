@@ -332,10 +332,7 @@ async def _write_outcomes(conn: psycopg.AsyncConnection,
     # so two dispatchers could deadlock. Nothing needs them atomic: the sets are disjoint
     # and each write is conditional on its own (D3, D4).
     if marked:
-        # D3: zero rows for a pair is fine — the job may have completed the task
-        # already; the status condition keeps COMPLETED/RUNNING/FAILED rows untouched.
-        await execute(conn, "mark_dispatched", {"ids": [r.id for r in marked],
-                                                "runs": [r.run for r in marked]})
+        await mark_dispatched(conn, marked)
     if failing:
         # D4 failed branch: only a WAITING row of that run whose lease is empty. A
         # RUNNING row is never failed from the queue's word (its lease may belong to
@@ -464,19 +461,44 @@ class _Tick:
         A future `run_at` becomes a delayed job now (D1: no `run_at <= now` condition).
         The delay was computed by the scan in whole milliseconds, in the database's clock
         (the one `run_at` is written in), as the book's `Math.max(0, runAt - Date.now())`."""
-        await probes.announce("dispatch.before_add", task_id=row.id, run=row.run)
-        await self._bounded(
-            f"add({job_id})",
-            self.queue.add(JOB_NAME, {"taskId": row.id, "run": row.run},
-                           {"jobId": job_id, "delay": row.delay_ms}))
+        await add_job(self.queue, self.settings, row, job_id=job_id)
 
     async def _bounded(self, what: str, call: Awaitable[Any]) -> Any:
         """Every Redis call of the dispatcher is bounded (ch. 23, D8)."""
-        timeout = self.settings.redis_timeout_s
-        try:
-            return await asyncio.wait_for(call, timeout)
-        except TimeoutError:
-            raise QueueTimeout(f"Redis did not answer {what} within {timeout:g} s") from None
+        return await _bounded(self.settings, what, call)
+
+
+async def _bounded(settings: Settings, what: str, call: Awaitable[Any]) -> Any:
+    """Await a Redis call of the dispatcher within `settings.redis_timeout_s` (D8)."""
+    timeout = settings.redis_timeout_s
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except TimeoutError:
+        raise QueueTimeout(f"Redis did not answer {what} within {timeout:g} s") from None
+
+
+async def add_job(queue: DispatchQueue, settings: Settings, row: _Row, *,
+                  job_id: str | None = None) -> None:
+    """D2, one row's enqueue exactly as the tick does it: `dispatch.before_add`, then
+    `add("execute", {taskId, run}, jobId=task_job_id(id, run), delay)`, bounded by
+    `redis_timeout_s` (raises on a Redis error, D8). The tick's own step, public so a lab
+    can hand it to a learner who writes the step order of one row (ch. 23 练习 A)."""
+    job_id = job_id or task_job_id(row.id, row.run)
+    await probes.announce("dispatch.before_add", task_id=row.id, run=row.run)
+    await _bounded(settings, f"add({job_id})",
+                   queue.add(JOB_NAME, {"taskId": row.id, "run": row.run},
+                             {"jobId": job_id, "delay": row.delay_ms}))
+
+
+async def mark_dispatched(conn: psycopg.AsyncConnection, rows: Sequence[_Row]) -> int:
+    """D3, the tick's mark (statement `mark_dispatched`): `dispatched_at = now()` WHERE
+    `id, run, status = WAITING`, for rows whose add or refresh succeeded; returns how many
+    rows matched. Zero for a pair is fine — the job may have completed the task already;
+    the status condition keeps COMPLETED/RUNNING/FAILED rows untouched. Public for the
+    same lab exercise as `add_job`; the tick calls it only *after* the add (D3)."""
+    result = await execute(conn, "mark_dispatched", {"ids": [r.id for r in rows],
+                                                     "runs": [r.run for r in rows]})
+    return result.rowcount
 
 
 def _many(call: str, job_ids: Sequence[str]) -> str:

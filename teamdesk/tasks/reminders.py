@@ -52,7 +52,7 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
             await execute(conn, "team_lock", {"key": team_lock_key(task.team_id)})
             read = await execute(conn, "reminder_ticket", {"ticket_id": task.ticket_id})
         ticket = await read.fetchone()
-        reason = stale_reason(task, ticket)
+        reason = (ctx.stale_check or stale_reason)(task, ticket)  # M1
         await probes.announce("reminder.after_lease_check", task_id=lease.task_id, run=lease.run,
                               execution_id=lease.execution_id, actor=ctx.actor)
         if reason is not None:

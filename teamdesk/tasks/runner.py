@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 from teamdesk import probes
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatch_loop import DispatchLoop
+from teamdesk.tasks.lease import Fence, leased_update
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue, redis_client
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
@@ -128,10 +129,16 @@ async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[st
 async def run_worker_process(settings: Settings, *, name: str | None = None,
                              stop: asyncio.Event | None = None,
                              on_worker: WorkerHook | None = None,
+                             fence: Fence = leased_update,
                              drain: Drain | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code.
-    `on_worker` (see `WorkerHook`) sees the task worker before it starts; `drain` (see
-    `Drain`, default `drain_in_order`) is the shutdown once the stop came.
+    `on_worker` (see `WorkerHook`) sees the task worker before it starts. `fence` is the
+    function every fenced write of the process's task worker goes through
+    (`create_task_worker(fence=...)`, P3): the product's `leased_update`; a lab's entry
+    point passes an old fence for one run of its own (`labs.counterexample_worker`), the
+    command line never does. `drain` (see `Drain`, default `drain_in_order`) is the
+    shutdown once the stop came (W4); a lab exercise passes a learner's
+    (`labs.drain_worker`).
 
     The loop's SIGTERM/SIGINT handlers are installed here and nowhere else (W4): they set
     `stop`. A caller that saw a signal before this loop ran (`teamdesk worker` while it
@@ -152,7 +159,8 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     beat_client = redis_client(settings)
     # One pool for the process: a connection per concurrent job, one for the tick (D8).
     ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
-    worker = await create_task_worker(settings, actor=name, ledger=ledger, start=False)
+    worker = await create_task_worker(settings, actor=name, ledger=ledger, start=False,
+                                      fence=fence)
     if on_worker is not None:
         on_worker(worker)
     worker.start()

@@ -108,6 +108,28 @@ def test_sigkilled_owner_leaves_no_orphan_servers(svc_root):
     assert not (root / "pg" / "postmaster.pid").exists()
 
 
+def test_a_removed_data_folder_takes_its_servers_with_it(svc_root):
+    """S3: the watchdog stops the servers it verified when their folder is removed, even
+    with an owner alive (the pid files went with the folder, so nothing else could)."""
+    root = svc_root
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], env=_env(root),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        db_url, redis_url = holder.stdout.readline().split()
+        seen = _watchdog_rounds(root)
+        _wait_until(lambda: _watchdog_rounds(root) >= seen + 1, 30,
+                    "one watchdog round that saw both servers")
+        assert _open(db_url) and _open(redis_url)
+        # The servers may remove files of their own while the tree goes (as `rm -rf` does).
+        shutil.rmtree(root, ignore_errors=True)
+        _wait_until(lambda: not _open(db_url) and not _open(redis_url), 30,
+                    "the watchdog to stop both servers of the removed folder")
+        assert holder.poll() is None, "the owner itself is not the watchdog's to stop"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_services_up_pins_until_down(svc_root):
     """`teamdesk services up` keeps the servers after it exits; `down` stops them."""
     root = svc_root

@@ -67,9 +67,12 @@ def test_lab_settings_path_goes_first_and_keeps_the_users():
 
 
 @pytest.fixture
-def lab_server(settings, tmp_path):
+def lab_server(settings, tmp_path, request):
     """(base URL, token): `teamdesk lab --port <free> --no-browser` running; at teardown
-    SIGINT, then every process it started must be gone."""
+    SIGINT, then every process it started must be gone. Parametrized indirectly with
+    {"env": {...}, "args": [...]}: the locale variables and extra arguments of the run
+    (none of the developer's locale leaks in)."""
+    options = getattr(request, "param", {})
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "REDIS_URL": settings.redis_url, "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix,
@@ -79,11 +82,15 @@ def lab_server(settings, tmp_path):
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     env.pop("JUPYTER_CONFIG_PATH", None)
     env.pop("DISPLAY", None)
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG", "TEAMDESK_LANG"):
+        env.pop(name, None)
+    env.update(options.get("env", {}))
     out = tmp_path / "lab.out"
     with out.open("w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "devkit.cli", "lab", "--port",
-                                 str(port), "--no-browser"], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                 str(port), "--no-browser", *options.get("args", [])],
+                                env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     children: list[psutil.Process] = []
     try:
@@ -121,8 +128,10 @@ def lab_server(settings, tmp_path):
         assert code == 0, out.read_text()
 
 
+@pytest.mark.parametrize("lab_server", [{"env": {"LANG": "zh_CN.UTF-8"}}], indirect=True)
 def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
-    """What a learner's browser gets from `teamdesk lab`: `/` leads to 00-start-here; the
+    """What a learner's browser gets from `teamdesk lab` on a machine whose locale is
+    Chinese: `/` leads to the 中文 edition's 00-start-here, their own copy; the
     lab's root is the project, so the files the notebooks cite are listed (RULES.md,
     teamdesk/, labs/) but not the dot-folders; the listing of notebooks/ has the chapters
     but not the nbval harness; the
@@ -133,7 +142,10 @@ def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     status, headers, _ = _get(base, token, "/", follow=False)
     assert status in (301, 302), status
     assert headers["Location"].split("?")[0].endswith(
-        "/lab/tree/my-notebooks/00-start-here.ipynb")
+        "/lab/tree/my-notebooks/zh/00-start-here.ipynb")
+    status, _, body = _get(base, token, "/api/contents/my-notebooks/zh/00-start-here.ipynb")
+    assert status == 200
+    assert "你将学到" in json.dumps(json.loads(body)["content"], ensure_ascii=False)
 
     status, _, body = _get(base, token, "/api/contents?content=1")
     assert status == 200
@@ -171,8 +183,11 @@ def _put(base: str, token: str, path: str, model: dict) -> int:
         return err.code
 
 
+@pytest.mark.parametrize("lab_server", [
+    {"env": {"LANG": "zh_CN.UTF-8"}, "args": ["--lang", "en"]}], indirect=True)
 def test_the_learner_works_in_own_copies_and_the_repository_is_read_only(lab_server):
-    """What the lab serves a learner: their own copies in my-notebooks/ (made on first use
+    """What the lab serves a learner who asked for English (`--lang en` beats the Chinese
+    locale): their own copies in my-notebooks/ (made on first use
     in the checkout, never overwritten; no stored output, so no answer shows before its
     cell runs), writable; the repository's notebooks/ read-only, a save refused with a
     pointer to the learner's copy, the file unchanged."""

@@ -104,3 +104,40 @@ async def test_the_lab_serves_repository_notebooks_read_only(project: Path):
     mine = await manager.get("my-notebooks/26b-takeover-race.ipynb")
     assert mine["writable"] is True
     await manager.save(mine, "my-notebooks/26b-takeover-race.ipynb")  # the learner's: saved
+
+
+def test_the_chinese_edition_has_its_own_folder_of_copies(project: Path):
+    """One folder per edition: my-notebooks/zh/ from notebooks/zh/, the English where a
+    notebook's 中文 edition is not written yet, and the English copies left alone."""
+    copies.ensure_copies(project)
+    report = copies.ensure_copies(project, "zh")
+    zh_dir = project / copies.LEARNER_DIR / "zh"
+    assert copies.learner_dir(project, "zh") == zh_dir and len(report.created) == 11
+    built = {p.name for p in (project / "notebooks" / "zh").glob("*.ipynb")}
+    assert "00-start-here.ipynb" in built
+    for name in report.created:
+        source = (project / "notebooks" / ("zh" if name in built else "") / name)
+        assert [c["source"] for c in _nb(zh_dir / name)["cells"]] == [
+            c["source"] for c in copies.learner_copy(_nb(source))["cells"]]
+    zh_text = json.dumps(_nb(zh_dir / "00-start-here.ipynb"), ensure_ascii=False)
+    en_text = json.dumps(_nb(project / copies.LEARNER_DIR / "00-start-here.ipynb"))
+    assert "你将学到" in zh_text and "What you will learn" not in zh_text
+    assert "What you will learn" in en_text
+    assert copies.fresh_copies(project, ["00"], "zh").replaced[0].startswith(".replaced/")
+
+
+async def test_the_chinese_edition_in_the_repository_is_read_only_too(project: Path):
+    from tornado.web import HTTPError
+
+    from devkit.contents import LabContentsManager, protected
+
+    assert protected("notebooks/zh/00-start-here.ipynb")
+    assert not protected("notebooks/i18n/zh/00-start-here.md")
+    assert not protected("my-notebooks/zh/00-start-here.ipynb")
+    manager = LabContentsManager(root_dir=str(project))
+    repo = "notebooks/zh/00-start-here.ipynb"
+    model = await manager.get(repo)
+    assert model["writable"] is False
+    with pytest.raises(HTTPError) as refused:
+        await manager.save(model, repo)
+    assert "my-notebooks/zh/00-start-here.ipynb" in refused.value.log_message

@@ -1,0 +1,142 @@
+"""Chaos faults strike running work (`labs.chaos.holds`, the driver's holds), the report
+says conclusive or inconclusive, and the checker names a result written over a newer
+lease (P3, P5, W2). The protocol and the invariant are checked on their own first (no
+services), then on the notebook's two real runs: the product's (≥ 3 faults struck a
+RUNNING task, stalls, leases lost, 0 violations) and the lease-less export's (the
+clobber named)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from labs.chaos import ChaosReport, Invariant, private_restarter, run_chaos
+from labs.chaos.checker import clobbered
+from labs.chaos.holds import HOLD_POINT, Crossing, Holds, install, read_history
+from labs.lab import Lab
+from labs.scenes import ch90
+from teamdesk import probes
+
+
+def _c(t: float, kind: str, execution: str, task: str = "T1") -> Crossing:
+    return Crossing(t, kind, task, 0, execution, "w1")  # type: ignore[arg-type]
+
+
+def test_a_takeover_is_not_a_clobber_but_an_old_write_over_a_newer_lease_is():
+    """P3, P5: E2 claims after E1 (a takeover) and writes: fine. E1 writing after E2's
+    claim — over E2's running lease or over its stored result — is named; a task that
+    completed before anyone claimed it again is not."""
+    takeover = [_c(1, "claim", "e1"), _c(2, "claim", "e2"), _c(3, "result", "e2")]
+    over_result = [*takeover, _c(4, "result", "e1")]
+    over_lease = [_c(1, "claim", "e1"), _c(2, "claim", "e2"), _c(3, "result", "e1")]
+    assert clobbered(takeover) == {}
+    assert set(clobbered(over_result)) == {"T1"} == set(clobbered(over_lease))
+    assert "newer lease e2" in clobbered(over_result)["T1"]
+    assert clobbered([_c(1, "claim", "e1"), _c(2, "result", "e1")]) == {}
+    assert clobbered(list(reversed(over_lease))) == clobbered(over_lease)  # time order
+
+
+async def test_a_worker_holds_an_armed_export_until_released_and_records_its_crossings(
+        tmp_path):
+    """The file protocol both sides speak: unarmed, the hold point passes at once; armed,
+    the next crossing holds (`reached` names the task and lease) until released, and a
+    token is held once only; claims and results go to the history in time order."""
+    uninstall = install(tmp_path, "w1")
+    holds = Holds(tmp_path)
+    ctx = {"task_id": "T1", "run": 0, "execution_id": "e1", "actor": "w1"}
+    try:
+        await probes.announce("claim.after", **ctx)
+        await asyncio.wait_for(probes.announce(HOLD_POINT, **ctx), 1)  # not armed
+        token = holds.arm("w1")
+        crossing = asyncio.ensure_future(probes.announce(HOLD_POINT, **ctx))
+        held = await holds.reached(["w1"], {"w1": token}, 5)
+        assert held is not None and (held.task_id, held.execution_id) == ("T1", "e1")
+        assert not crossing.done()
+        holds.release("w1", token)
+        await asyncio.wait_for(crossing, 5)
+        await asyncio.wait_for(probes.announce(HOLD_POINT, **ctx), 1)  # held once only
+        holds.disarm("w1", token)
+        await probes.announce("export.after_result", **ctx)
+    finally:
+        uninstall()
+    assert [(c.kind, c.execution_id) for c in read_history(tmp_path)] == [
+        ("claim", "e1"), ("result", "e1")]
+
+
+def test_a_run_that_struck_no_running_work_says_inconclusive():
+    report = ChaosReport(config=ch90.CONFIG, schedule=[])
+    report.struck_running = Counter(sigkill=2)
+    report.leases_lost = 1
+    assert not report.conclusive and report.verdict().startswith("inconclusive (fewer than 3")
+    report.struck_running["cut"] += 1
+    assert report.conclusive and report.verdict().startswith("conclusive: 3 fault(s)")
+    report.leases_lost = 0
+    assert report.verdict().startswith("inconclusive (no lease was lost)")
+
+
+async def _run(config, name: str, settings) -> ChaosReport:
+    async with Lab.open(name, settings=settings, seed=False, private_redis=True) as lab:
+        return await run_chaos(lab.settings, config, out=lambda line: None,
+                               keep_logs=False, redis=private_restarter(lab.private_redis))
+
+
+@pytest.fixture(scope="module")
+async def product_run(service_settings) -> ChaosReport:
+    return await _run(ch90.CONFIG, "inflight", service_settings)
+
+
+async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(product_run):
+    """P3, P6, D6: ≥ 3 faults struck an export its worker held RUNNING, the queue saw
+    stalls, executors met LeaseLost, and still no invariant broke (no clobber either)."""
+    r = product_run
+    assert r.conclusive and r.stalls > 0, (r.verdict(), r.strike_rows(), r.notes)
+    assert r.settled and r.violations == [], r.violations
+    assert all(s.task_id for s in r.strikes if s.on_running)
+    assert any(s.lease_after in ("taken over", "cleared") for s in r.strikes), r.strikes
+    assert {c.kind for c in r.history} == {"claim", "result"}
+
+
+async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(service_settings):
+    """P3, P5, W2: with the export's writes by `task_id + run`, the frozen E1, woken after
+    E2 took its export over, writes its CSV over E2's — and the checker names it."""
+    r = await _run(ch90.CX_CONFIG, "inflight-cx", service_settings)
+    named = ch90.clobbered_ids(r)
+    assert named, r.violations
+    assert all(v.invariant is not Invariant.CSV for v in r.violations)  # same lines
+    assert all(r.rows[t]["status"] == "COMPLETED" for t in named)
+
+
+async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(settings):
+    """P3: `run_worker_process(fence=...)` is the fence its task worker's fenced writes go
+    through (the seam `labs.counterexample_worker` uses); without one it is the product's
+    `leased_update`. `teamdesk.cli.main(fence=...)` applies to `worker` only."""
+    import signal
+
+    from labs.counterexample_worker import leaseless_export
+    from teamdesk import cli
+    from teamdesk.tasks.lease import leased_update
+    from teamdesk.tasks.runner import run_worker_process
+
+    async def fence_of(**kwargs) -> object:
+        stop, seen = asyncio.Event(), []
+
+        def hook(worker) -> None:
+            seen.append(worker.ctx.fence)
+            stop.set()
+
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            code = await asyncio.wait_for(run_worker_process(
+                settings, name="fence-w", stop=stop, on_worker=hook, **kwargs), 30)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        assert code == 0
+        return seen[0]
+
+    assert await fence_of() is leased_update
+    assert await fence_of(fence=leaseless_export) is leaseless_export
+    with pytest.raises(SystemExit):
+        cli.main(["db"], fence=leaseless_export)

@@ -1,0 +1,167 @@
+"""Write-it-yourself exercises of notebooks 25, 26a and 26b, judged by the real system: the
+judge rejects the notebook's starter and accepts its hidden solution (a judge that cannot
+tell them apart judges nothing), and one more plausible wrong answer is rejected."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import linecache
+from typing import Any
+
+from labs.scenes import ch26b
+from tests.labs.test_exercises import NOTEBOOKS
+
+
+def _cells(notebook: str) -> list[dict[str, Any]]:
+    return json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
+
+
+def _setup_namespace(notebook: str) -> dict[str, Any]:
+    """The names the notebook's first code cell binds without awaiting anything (its
+    imports and constants such as `T`, `A_OPTS`): what a learner's cell may use."""
+    first = next(c for c in _cells(notebook) if c["cell_type"] == "code")
+    tree = ast.parse("".join(first["source"]))
+    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.Assign)
+            and not any(isinstance(x, ast.Await) for x in ast.walk(n))]
+    ns: dict[str, Any] = {}
+    exec(compile(ast.Module(keep, []), notebook, "exec"), ns)  # the notebook's own imports
+    return ns
+
+
+def _defined(notebook: str, tag: str, name: str) -> Any:
+    """The function named `name` that the cell tagged `tag` defines (a learner's test),
+    compiled alone in the notebook's set-up namespace — the cell's top-level `await`s are
+    not run."""
+    for cell in _cells(notebook):
+        if tag not in cell["metadata"].get("tags", []):
+            continue
+        source = "".join(cell["source"])
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == name:
+                ns = _setup_namespace(notebook)
+                where = f"<{notebook} {tag} cell>"  # so a failing line can be quoted
+                linecache.cache[where] = (len(source), None, source.splitlines(True), where)
+                exec(compile(ast.Module([node], []), where, "exec"), ns)
+                return ns[name]
+    raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
+
+
+NB_26B = "26b-takeover-race.ipynb"
+
+
+async def test_26b_exercise_a_judge_rejects_the_starter_and_accepts_the_solution(
+        service_settings):
+    """P3, P5, P6: the learner's test is run twice in fresh worlds; the starter skeleton
+    (TODOs) errors in both, the hidden solution passes on the product and fails on the
+    status-only guard for A."""
+    starter = _defined(NB_26B, "exercise", "my_test")
+    solution = _defined(NB_26B, "solution", "solution_test")
+    bad = await ch26b.judge_test(starter, settings=service_settings)
+    assert not bad.ok and bad.product.outcome == "errored", str(bad)
+    good = await ch26b.judge_test(solution, settings=service_settings)
+    assert good.ok, str(good)
+    assert (good.product.outcome, good.guard.outcome) == ("passed", "failed"), str(good)
+    assert "execution_id" in good.guard.detail, str(good)  # the failing assertion, named
+
+
+async def _no_lease_assertion(lab: Any) -> None:
+    """A plausible wrong test: it waits properly and releases its gates, but asserts only
+    what both worlds share — the task ends COMPLETED and B's job completes."""
+    from labs.lab import STUCK, WATCHFUL
+    from teamdesk.tasks.queue import task_job_id
+
+    t = await lab.request_export({"priority": ["HIGH"]})
+    jid = task_job_id(t.id, 0)
+    g_a = lab.gate("export.after_read", actor="A", when=lambda c: c["task_id"] == t.id)
+    g_b = lab.gate("claim.after", actor="B", when=lambda c: c["task_id"] == t.id)
+    try:
+        await lab.start_worker("A", **{**STUCK, "stalled_interval_ms": 3_600_000})
+        await lab.enqueue(t.id)
+        await g_a.reached(8)
+        await lab.start_worker("B", **WATCHFUL)
+        await g_b.reached(8)
+        g_a.release()
+        await lab.wait_for("error", actor="A", job_id=jid, timeout=8)
+        g_b.release()
+        await lab.wait_for("completed", actor="B", job_id=jid, timeout=8)
+        assert (await lab.task(t.id)).status.value == "COMPLETED"
+    finally:
+        g_a.release()
+        g_b.release()
+
+
+async def test_26b_a_test_that_asserts_nothing_about_the_lease_is_rejected(service_settings):
+    """P3: a test that passes on the status-only guard too cannot catch the bug."""
+    verdict = await ch26b.judge_test(_no_lease_assertion, settings=service_settings)
+    assert not verdict.ok, str(verdict)
+    assert (verdict.product.outcome, verdict.guard.outcome) == ("passed", "passed"), str(verdict)
+    assert "cannot catch the bug" in str(verdict)
+
+
+async def test_26b_a_test_that_hangs_or_keeps_its_gates_is_rejected(service_settings):
+    """The book's finally: a test that hangs is bounded and reported; one that leaves a gate
+    held is rejected even when it passes."""
+
+    async def hangs(lab: Any) -> None:
+        await asyncio.Event().wait()
+
+    async def keeps_its_gate(lab: Any) -> None:
+        lab.gate("claim.after", actor="B")
+
+    hung = await ch26b.judge_test(hangs, settings=service_settings, bound=1.0)
+    assert not hung.ok and (hung.product.outcome, hung.guard.outcome) == ("hung", "hung")
+    held = await ch26b.judge_test(keeps_its_gate, settings=service_settings)
+    assert not held.ok and held.product.outcome == "passed"
+    assert held.product.held == ["claim.after for B"], str(held)
+    assert "release gates in finally" in str(held)
+
+
+NB_25 = "25-exports.ipynb"
+
+
+async def test_25_narrower_task_judge_rejects_the_starter_and_accepts_the_solution(
+        service_settings):
+    """X1, R4, P8: in notebook 25's world (limit 30, 31 Webhook tickets), the starter — the
+    filters a retry keeps — is refused by the request; the solution runs to COMPLETED with
+    the rows it means; an invalid status and a filter that matches nothing are rejected."""
+    from labs.lab import Lab
+    from labs.scenes import ch25
+    from tests.labs.test_exercises import _assigned
+
+    starter = _assigned(NB_25, "exercise", "my_filters")
+    solution = _assigned(NB_25, "solution", "solution_filters")
+    async with Lab.open("t25", settings=service_settings, export_limit=30) as lab:
+        for i in range(3):  # as §4 does: the Webhook tickets grow past the limit
+            await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
+        bad = await ch25.judge_narrowed(lab, starter)
+        assert not bad.ok and "ExportTooLarge" in bad.text, bad.text
+        good = await ch25.judge_narrowed(lab, solution)
+        assert good.ok and "COMPLETED" in good.text, good.text
+        invalid = await ch25.judge_narrowed(lab, {"text": "Webhook", "status": ["ARCHIVED"]})
+        assert not invalid.ok and "InvalidFilters" in invalid.text, invalid.text
+        empty = await ch25.judge_narrowed(lab, {"text": "Webhook", "created_to": "2000-01-01"})
+        assert not empty.ok and "0 rows" in empty.text, empty.text
+        dropped = await ch25.judge_narrowed(lab, {"status": ["OPEN"]})
+        assert not dropped.ok and "keep Ben's wish" in dropped.text
+        await lab.stop_workers()
+
+
+def test_26a_attempt_times_measure_the_wait_from_each_failure_to_the_next_start():
+    """Q1: the backoff is the time from a failed attempt to the next one's start, read from
+    the worker's own `active` / `failed` events (the timeline 26a §2 plots)."""
+    from types import SimpleNamespace
+
+    from labs.recorder import Recorder
+    from labs.scenes import ch26a
+
+    rec = Recorder()
+    for kind, t in [("active", 10.0), ("failed", 10.1), ("active", 12.1), ("failed", 12.2),
+                    ("active", 16.2), ("failed", 16.3)]:
+        rec(kind, {"job_id": "T-0"})
+        rec.events[-1]["t"] = t
+    rows = ch26a.attempt_times(SimpleNamespace(recorder=rec), "T-0")
+    assert [r["waited"] for r in rows] == [None, 2.0, 4.0]
+    assert [r["started"] for r in rows] == [0.0, 2.1, 6.2]
+    assert ch26a.plot_attempts(rows, title="t").axes  # it draws

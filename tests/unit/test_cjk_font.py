@@ -1,0 +1,106 @@
+"""Chinese in figures (labs.fonts): a figure with Chinese text renders every glyph, with the
+machine's CJK font or, on a machine without one, with the font that installs with the lab.
+matplotlib warns "Glyph … missing from font(s)" for a box it draws; these tests turn that
+warning into a failure."""
+
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from pathlib import Path
+
+import matplotlib
+import pytest
+from fontTools.ttLib import TTFont
+from matplotlib.figure import Figure
+
+from labs import fonts
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "账本与队列：租约被接手，认领 E2，提交资格（P3）"
+HAN = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
+
+
+def _render(text: str) -> None:
+    fig = Figure(figsize=(4, 2), dpi=50)
+    ax = fig.subplots()
+    ax.set_title(text)
+    ax.plot([0, 1], [0, 1], label=text)
+    ax.legend()
+    fig.savefig(io.BytesIO(), format="png")  # a Figure's own canvas draws nothing
+
+
+@pytest.fixture
+def rc():
+    with matplotlib.rc_context():
+        yield matplotlib.rcParams
+
+
+def test_without_a_cjk_font_the_default_draws_boxes(rc):
+    """The check bites: DejaVu Sans alone misses the glyphs (the warning fails)."""
+    rc["font.family"] = ["DejaVu Sans"]
+    with warnings.catch_warnings(), pytest.raises(UserWarning, match="missing from font"):
+        warnings.simplefilter("error")
+        _render(TEXT)
+
+
+def test_use_cjk_renders_chinese_without_a_missing_glyph(rc):
+    order = fonts.use_cjk()
+    assert order[0] == "DejaVu Sans" and order.index(fonts.BUNDLED_FAMILY) > 0
+    assert fonts.use_cjk() == order  # idempotent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _render(TEXT)
+
+
+def test_the_bundled_font_alone_draws_what_a_machine_without_cjk_fonts_needs(rc):
+    """The fallback a bare machine gets: DejaVu Sans, then the lab's own font only."""
+    fonts.cjk_families()  # registers the bundled font
+    rc["font.family"] = ["DejaVu Sans", fonts.BUNDLED_FAMILY]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _render(TEXT)
+
+
+def test_the_bundled_font_has_every_chinese_character_the_lab_writes():
+    """Re-run scripts/build_cjk_font.py when this fails: a new character in labs/ would
+    be a box in a figure on a machine without CJK fonts."""
+    cmap = TTFont(fonts.BUNDLED, lazy=True).getBestCmap()
+    used = {c for path in (ROOT / "labs").rglob("*.py")
+            for c in HAN.findall(path.read_text(encoding="utf-8"))}
+    missing = sorted(c for c in used if ord(c) not in cmap)
+    assert not missing, f"not in the bundled font: {''.join(missing)}"
+
+
+def test_a_swimlane_with_chinese_text_renders_every_glyph(rc):
+    """The lab's own figure: a history whose actor and notes are Chinese, drawn with no
+    missing glyph even when the defaults had none (the swimlane calls `use_cjk`)."""
+    from labs.history import History
+
+    rc["font.family"] = ["DejaVu Sans"]
+    history = History(start=0.0)
+    history.add(actor="执行者 A", type="invoke", op="认领", task_id="T1", run=0, t=1.0)
+    history.add(actor="执行者 A", type="ok", op="认领", task_id="T1", run=0,
+                execution="e1" * 8, detail="租约 E1", t=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        history.plot(title="账本与队列").savefig(io.BytesIO(), format="png")
+
+
+def test_the_swimlane_legend_speaks_the_editions_language(rc, monkeypatch):
+    """中文 edition: the legend and axis are Chinese, drawn without a missing glyph."""
+    from labs.history import History
+
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    history = History(start=0.0)
+    history.add(actor="A", type="invoke", op="claim", task_id="T1", run=0, t=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = history.plot()
+        fig.savefig(io.BytesIO(), format="png")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "认领：取得租约，新的 En（P2）" in texts
+    assert ax.get_legend().get_title().get_text() == "图例"
+    assert ax.get_title() == "历史：1 步"
