@@ -29,7 +29,7 @@ from teamdesk.redaction import redact, redact_text
 
 if TYPE_CHECKING:
     from teamdesk.tasks.lease import Fence
-    from teamdesk.tasks.runner import WorkerHook
+    from teamdesk.tasks.runner import Drain, WorkerHook
 
 #: How a command gets its settings with both URLs filled in. The product's own reads the
 #: environment (`settings_from_env`); the dev environment passes one that starts, or
@@ -179,9 +179,11 @@ def configure_logging(level: str) -> None:
 
 
 def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
-               on_worker: WorkerHook | None = None, fence: Fence | None = None) -> int:
-    """`teamdesk worker`; `on_worker` and `fence` go to `run_worker_process`
-    (`runner.WorkerHook`; the fence of its task worker, P3 — None: the product's)."""
+               on_worker: WorkerHook | None = None, fence: Fence | None = None,
+               drain: Drain | None = None) -> int:
+    """`teamdesk worker`; `on_worker`, `fence` and `drain` go to `run_worker_process`
+    (`runner.WorkerHook`; the fence of its task worker, P3 — None: the product's;
+    `runner.Drain`, W4 — None: the product's)."""
     from redis.exceptions import RedisError
 
     from teamdesk.tasks.lease import leased_update
@@ -209,7 +211,8 @@ def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
         if early:
             stop.set()
         return await run_worker_process(settings, name=args.name, stop=stop,
-                                        on_worker=on_worker, fence=fence or leased_update)
+                                        on_worker=on_worker, fence=fence or leased_update,
+                                        drain=drain)
 
     configure_logging(args.log_level)
     settings = None
@@ -328,24 +331,28 @@ def build_parser(commands: Sequence[AddCommand] = PRODUCT_COMMANDS, *,
 
 def main(argv: Sequence[str] | None = None, *, commands: Sequence[AddCommand] | None = None,
          description: str | None = None, resolve_settings: SettingsResolver | None = None,
-         on_worker: WorkerHook | None = None, fence: Fence | None = None) -> int:
+         on_worker: WorkerHook | None = None, fence: Fence | None = None,
+         drain: Drain | None = None) -> int:
     """The `teamdesk` command. `commands` and `description` make its parser
     (`build_parser`); `resolve_settings` gives each command its servers (default: the
     environment's URLs, `settings_from_env`). `on_worker` applies to `worker` only: a hook
     that sees the process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`);
     a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does.
     `fence`, for `worker` only too, is the fence of the process's task worker
-    (`runner.run_worker_process`, P3); None (always, from the command line) is the product's."""
+    (`runner.run_worker_process`, P3); None (always, from the command line) is the product's.
+    `drain`, for `worker` only too, is the process's shutdown order (`runner.Drain`, W4);
+    None (always, from the command line) is the product's; a lab exercise's entry point
+    (`labs.drain_worker`) passes a learner's."""
     parser = build_parser(commands or PRODUCT_COMMANDS, description=description)
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)
     if check is not None:
         check(parser, args)
     func = args.func
-    if on_worker is not None or fence is not None:
+    if on_worker is not None or fence is not None or drain is not None:
         if func is not cmd_worker:
-            parser.error("on_worker and fence apply to the `worker` command only")
-        func = functools.partial(cmd_worker, on_worker=on_worker, fence=fence)
+            parser.error("on_worker, fence and drain apply to the `worker` command only")
+        func = functools.partial(cmd_worker, on_worker=on_worker, fence=fence, drain=drain)
     try:
         return func(args, resolve_settings or settings_from_env)
     except (TeamDeskError, ValueError) as err:

@@ -1,13 +1,19 @@
 """Scene helpers of `notebooks/27-test-isolation.ipynb` (ch. 27, inferred).
 
 §4 runs the book's four named tests (ch. 26 §8) from a cell, in one pytest process, and
-reads from pytest's `--setup-show` lines which isolation each test relied on; the exercise
-asks for the `SCAN` pattern of exactly this world's keys. Neither the subprocess plumbing
-nor the judge is what the chapter is about, so they live here.
+reads from pytest's `--setup-show` lines which isolation each test relied on.
+`BOOK_TEST_MAP` maps the book's nine tests of ch. 26 §7–§8 to the notebook sections that
+stage them and our pytest tests (`map_markdown`, in the notebook and the course map).
+练习 A has the learner write the isolation fixture, judged by `judge_isolation`: three
+real tests side by side, then the databases and keys left behind counted; 练习 B asks for
+the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
+subprocess plumbing nor the judges are what the chapter is about, so they live here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -106,3 +112,276 @@ async def key_pattern_judge(lab: Any, pattern: str | None) -> Callable[[Any], bo
             return "it also matches keys of other worlds (another notebook, a test run)"
         return (bool(mine) and found == mine) or "it misses some of this world's keys"
     return exact
+
+
+# ------------------------------------------------------------------ 练习 A: the fixture
+
+#: The judge's three tests, run side by side with the learner's fixture: how many exports
+#: each writes (different numbers, so a test that sees another's rows or jobs counts more
+#: than it made) and whether it fails after it has written (its clean-up must still run).
+ISOLATION_TESTS: dict[str, tuple[int, bool]] = {"A": (2, False), "B": (1, False),
+                                                "C": (1, True)}
+
+
+class FailedOnPurpose(AssertionError):
+    """What the judge's test C raises after it has written: a test that fails."""
+
+
+@dataclass
+class IsolationVerdict:
+    """What three tests run side by side with a learner's fixture saw and left behind."""
+
+    #: test name → (tasks in its ledger, waiting jobs in its queue), as it counted them.
+    seen: dict[str, tuple[int, int]]
+    #: Each leak found, one line each (empty: the fixture isolates and cleans up).
+    leaks: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.leaks
+
+    def __str__(self) -> str:
+        if self.ok:
+            return ("✓ your fixture isolates: each test saw only its own rows and jobs, and "
+                    "nothing was left behind — not even by the test that failed")
+        return "\n".join(["✗ your fixture leaks:", *(f"  - {line}" for line in self.leaks)])
+
+
+def _db_name(url: str) -> str:
+    return url.partition("?")[0].rsplit("/", 1)[-1]
+
+
+async def _one_test(fixture: Callable[[Any], Any], base: Any, name: str,
+                    barrier: asyncio.Barrier, yielded: dict[str, Any]) -> tuple[int, int]:
+    """A small integration test as the suite writes one: seed a team, request exports,
+    dispatch them into the queue, then — once every test has written — count what it
+    sees. Test C then fails, as a test does."""
+    from teamdesk.config import Settings
+    from teamdesk.db.engine import create_engine, session_factory
+    from teamdesk.seed import seed_demo
+    from teamdesk.services.exports import request_export
+    from teamdesk.tasks.dispatcher import dispatch_tasks
+    from teamdesk.tasks.queue import create_task_queue
+
+    exports, fails = ISOLATION_TESTS[name]
+    try:
+        async with fixture(base) as settings:
+            yielded[name] = settings
+            if not isinstance(settings, Settings):
+                raise TypeError(f"the fixture must yield the test's Settings, not "
+                                f"{type(settings).__name__}")
+            engine = create_engine(settings.database_url)
+            queue = create_task_queue(settings)
+            try:
+                async with session_factory(engine)() as session:
+                    team = f"iso{name.lower()}"  # one team per test: a shared database works
+                    await seed_demo(session, team_id=team, tickets=3)
+                    for _ in range(exports):
+                        await request_export(session, team, "ben", {"status": ["OPEN"]})
+                await dispatch_tasks(queue, settings)
+                await barrier.wait()  # every test has written before any looks
+                with psycopg.connect(settings.database_url) as conn:
+                    rows = conn.execute("SELECT count(*) FROM background_tasks").fetchone()[0]
+                jobs = (await queue.getJobCounts("waiting"))["waiting"]
+                if fails:
+                    raise FailedOnPurpose(f"test {name} fails after writing")
+                return rows, jobs
+            finally:
+                await queue.close()
+                await engine.dispose()
+    except BaseException:
+        await barrier.abort()  # the others must not wait for a test that is gone
+        raise
+
+
+def _left_behind(what: str, names: list[str], counts: dict[str, int] | None = None
+                 ) -> list[str]:
+    """One line for what the tests `names` left behind, saying whose clean-up did not run:
+    every test's (no clean-up at all) or only the failing one's (not in `finally`)."""
+    if not names:
+        return []
+    amount = f"{max(counts[n] for n in names)} " if counts else "the "
+    whose = f"test{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    if all(ISOLATION_TESTS[n][1] for n in names):
+        return [f"left behind: {amount}{what} of {whose} — the test failed and its clean-up "
+                "never ran: put the clean-up in `finally`"]
+    return [f"left behind: {amount}{what} of {whose} — no clean-up removed them"]
+
+
+def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> list[str]:
+    """A line for each test that counted rows or jobs it did not write: another test's."""
+    leaks = []
+    prefixes = [s.queue_prefix for s in ours.values()]
+    for name, (rows, jobs) in seen.items():
+        made = ISOLATION_TESTS[name][0]
+        if rows != made:
+            leaks.append(f"rows: test {name} saw {rows} tasks in its database, it wrote "
+                         f"{made} — the tests share a database")
+        if jobs != made and prefixes.count(ours[name].queue_prefix) > 1:
+            leaks.append(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
+                         f"— the tests share the queue prefix {ours[name].queue_prefix!r}")
+        elif jobs != made:
+            leaks.append(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
+                         "— its dispatcher found the other tests' rows in the shared database")
+    return leaks
+
+
+async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
+        IsolationVerdict | str):
+    """Run the three tests of `ISOLATION_TESTS` side by side, each inside
+    `fixture(base)` (an async context manager yielding the test's `Settings`), then count
+    for real what they saw and what is left: each yielded database still in `pg_database`,
+    each yielded prefix's keys in Redis. Whatever the fixture left behind is removed
+    afterwards (never `base`'s own database or prefix: those belong to the lab).
+
+    A leak is named: a test that saw another's rows (a shared database) or jobs (a shared
+    prefix), a database or keys left behind, and whether it was the failing test's (a
+    clean-up that is not in `finally`)."""
+    import redis.asyncio as aioredis
+
+    from teamdesk.db.templates import drop_database
+    from teamdesk.tasks.queue import delete_prefix
+
+    if fixture is None:
+        return "not attempted yet: write your fixture into my_isolation"
+    barrier = asyncio.Barrier(len(ISOLATION_TESTS))
+    yielded: dict[str, Any] = {}
+    async with asyncio.timeout(timeout):
+        outcomes = await asyncio.gather(
+            *(_one_test(fixture, base, name, barrier, yielded) for name in ISOLATION_TESTS),
+            return_exceptions=True)
+    seen: dict[str, tuple[int, int]] = {}
+    leaks: list[str] = []
+    for name, outcome in zip(ISOLATION_TESTS, outcomes, strict=True):
+        fails = ISOLATION_TESTS[name][1]
+        if isinstance(outcome, tuple):
+            seen[name] = outcome
+        elif not (fails and isinstance(outcome, FailedOnPurpose)) and not isinstance(
+                outcome, asyncio.BrokenBarrierError):
+            leaks.append(f"test {name} could not run: {type(outcome).__name__}: {outcome}")
+    ours = {name: s for name, s in yielded.items() if hasattr(s, "database_url")}
+    prefixes = [s.queue_prefix for s in ours.values()]
+    leaks += _what_they_saw(seen, ours)
+    base_db, base_prefix = _db_name(base.database_url), base.queue_prefix
+    dbs = {name: _db_name(s.database_url) for name, s in ours.items()}
+    with psycopg.connect(base.database_url.rsplit("/", 1)[0] + "/postgres") as conn:
+        existing = {row[0] for row in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)",
+            (sorted(set(dbs.values()) - {base_db}),))}
+    client = aioredis.Redis.from_url(base.redis_url, decode_responses=True)
+    try:
+        keys = {p: len([k async for k in client.scan_iter(match=f"{p}:*")])
+                for p in set(prefixes) - {base_prefix}}
+        leaks += _left_behind("database(s)", [n for n in ours if dbs[n] in existing])
+        leaks += _left_behind("Redis keys", [n for n in ours if keys.get(ours[n].queue_prefix)],
+                              {n: keys.get(ours[n].queue_prefix, 0) for n in ours})
+        for name in ours:  # the judge removes what the fixture left
+            if dbs[name] in existing:
+                drop_database(ours[name].database_url)
+                existing.discard(dbs[name])
+        for prefix, count in keys.items():
+            if count and prefix and not any(c in prefix for c in "*?[]"):
+                await delete_prefix(client, prefix)
+    finally:
+        await client.aclose()
+    return IsolationVerdict(seen, list(dict.fromkeys(leaks)))
+
+
+# ------------------------------------------------------------------ the book's tests and ours
+
+@dataclass(frozen=True)
+class BookTest:
+    """One test the book describes (ch. 26 §7's six real-worker tests, §8's three reminder
+    tests), where a notebook stages it, and the pytest tests of ours that prove it."""
+
+    #: "§7 1 · export", "§8 2", …: the book's section and its number in the list.
+    book: str
+    #: The book's own words, briefly (Chinese), and an English line.
+    name: str
+    english: str
+    #: (notebook prefix, heading prefix) or (notebook prefix, first, last): the sections.
+    staged: tuple[tuple[str, ...], ...]
+    #: `path::test_name` or `path::test_name[param]`; empty: not covered by a test of ours.
+    tests: tuple[str, ...]
+
+
+_REAL = "tests/integration/test_worker_real.py::"
+_RECOVERY = "tests/integration/test_worker_recovery.py::"
+_RACES = "tests/integration/test_processor_races.py::"
+
+BOOK_TEST_MAP: tuple[BookTest, ...] = (
+    BookTest("§7 1 · 导出", "导出 stalled 接手：A 读取后暂停，B 收到真实 stalled 认领 E2",
+             "export stalled takeover: A's late write matches 0 rows, the row stays E2's",
+             (("26b", "§4.1", "§4.5"),),
+             (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[export]",
+              f"{_RACES}test_export_takeover_old_executor_cannot_overwrite[export.after_read]")),
+    BookTest("§7 1 · 提醒", "提醒 stalled 接手：通知 1 条、系统事件 1 条、version 恰好加 1",
+             "reminder stalled takeover: one notification, one event, version + 1",
+             (("26c", "§5.2", "§5.5"),),
+             (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[reminder]",)),
+    BookTest("§7 2", "旧 failed 回调迟到：记录丢失、两轮扫描补投，账本必须保持 E2",
+             "the late old `failed` callback: lost record, two scans re-add, E2 stays",
+             (("26d", "为什么 failed 回调现在只记日志"), ("90", "3. 反例")),
+             (f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution[contract]",
+              f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution"
+              "[legacy-counterexample]")),
+    BookTest("§7 3", "正常临时失败重试：30ms 退避，attemptsMade 均为 2",
+             "a transient failure retried after a short backoff: attemptsMade 2 in both",
+             (("26a", "临时错误"),),
+             (f"{_REAL}test_transient_error_retries_same_run_with_short_backoff",)),
+    BookTest("§7 4", "永久拒绝：无效筛选立即 FAILED，attemptsMade=1、exhausted=true",
+             "permanent rejection: FAILED at once, one attempt, exhausted",
+             (("26a", "永久拒绝"),),
+             (f"{_REAL}test_permanent_rejection_fails_at_once",)),
+    BookTest("§7 5", "stalled 超过上限：第一轮扫描 WAITING，第二轮 FAILED",
+             "stalled over the limit: scan 1 → WAITING, scan 2 → FAILED",
+             (("26d", "§7.1", "§7.2"),),
+             (f"{_RECOVERY}test_stalled_over_the_limit_then_two_scans",)),
+    BookTest("§7 (ch. 30)", "第 30 章另有真实子进程的心跳、SIGTERM 排空与超时退出恢复测试",
+             "ch. 30's real subprocesses: heartbeat, SIGTERM drain, drain timeout, takeover",
+             (("30", "1.", "4."), ("30", "练习 A：排空的期限")),
+             ("tests/integration/test_worker_process.py::"
+              "test_heartbeat_while_running_gone_after_clean_stop",
+              "tests/integration/test_worker_process.py::"
+              "test_sigterm_during_export_drains_and_completes",
+              "tests/integration/test_worker_process.py::"
+              "test_abandoned_export_is_finished_by_another_process[drain-timeout]",
+              "tests/integration/test_worker_process.py::"
+              "test_abandoned_export_is_finished_by_another_process[kill-9]")),
+    BookTest("§8 1", "新执行者认领：放行 A 后通知 0、事件 0、version 未变",
+             "a new executor claims: A's release commits nothing, B's exactly one",
+             (("26c", "§5.2", "§5.6"),),
+             (f"{_RACES}test_reminder_takeover_old_executor_commits_nothing",)),
+    BookTest("§8 2", "恢复扫描清除租约：A 返回后仍为 WAITING，无副作用",
+             "a recovery scan clears the lease: A returns to WAITING, no side effect",
+             (("26c", "§5 若恢复扫描先清空租约"),),
+             (f"{_RACES}test_recovery_scan_clears_lease_old_executor_rolls_back",)),
+    BookTest("§8 3", "事件写入后故障：全回滚，第二次执行才得到唯一结果，attempts=2",
+             "a fault after the event INSERT: all rolled back, one result, attempts 2",
+             (("26c", "§5.8"),),
+             (f"{_RACES}test_failure_after_event_insert_rolls_back_all_four",
+              "tests/labs/test_scenes_ch26c.py::"
+              "test_a_fault_anywhere_inside_the_transaction_rolls_back_and_only_the_last_point_wins")),
+)
+
+
+def _staged(where: tuple[str, ...]) -> str:
+    notebook, *sections = where
+    if len(sections) == 2:  # a range of numbered sections
+        return f"`{notebook}` " + "–".join(section.rstrip(".") for section in sections)
+    if re.fullmatch(r"§\d+(\.\d+)*", sections[0]):
+        return f"`{notebook}` {sections[0]}"
+    return f"`{notebook}` \"{sections[0]}\""
+
+
+def map_markdown() -> str:
+    """`BOOK_TEST_MAP` as a markdown table: the same text in notebook 27 and in
+    `docs/teaching/course-map.md` (a test checks both, and that every cited test and
+    section exists)."""
+    rows = ["| book | 书中的测试 · the book's test | staged in | our pytest test(s) |",
+            "|---|---|---|---|"]
+    for t in BOOK_TEST_MAP:
+        tests = "<br>".join(f"`{name}`" for name in t.tests) or "not covered"
+        rows.append(f"| {t.book} | {t.name} · *{t.english}* | "
+                    f"{'; '.join(_staged(w) for w in t.staged)} | {tests} |")
+    return "\n".join(rows)

@@ -9,19 +9,61 @@ cannot be paused by an in-process gate, so a hold is the product's *probe hold*
 first crossing of `<point>` and waits until `<folder>/release` exists. The processes are
 `labs.procs.WorkerProc`s — started exactly as an operator would (W4) — and every wait is
 bounded (`labs.procs.wait_until`).
+
+What the notebook sees of each process is also written to `Processes.timeline`, a
+`labs.history.History`: its start, its first heartbeat, the lease it claimed at its hold
+(or as its log says), the signals it got, its drain, the result it committed and its exit
+code — the swimlane of the processes' lifetimes (`timeline.plot()`), the book's timeline
+of a takeover across processes.
+
+练习 B has the learner write the process's drain (`teamdesk.tasks.runner.Drain`, W4);
+`judge_drain` runs it in two real processes (`labs.drain_worker`, the product's seam) and
+names what broke.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import json
 import shutil
+import signal
 import tempfile
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labs.history import History
 from labs.procs import WorkerProc, wait_until
-from teamdesk.tasks.runner import heartbeat_key
+from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
+
+_SIGNALS = {signal.SIGTERM: ("info", "SIGTERM"), signal.SIGKILL: ("fail", "kill -9"),
+            signal.SIGINT: ("info", "SIGINT")}
+
+
+class TrackedProc(WorkerProc):
+    """A `WorkerProc` whose signals and exit are written to its `Processes.timeline`."""
+
+    def __init__(self, owner: Processes, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+
+    def send(self, sig: signal.Signals) -> None:
+        if self.alive:
+            type_, op = _SIGNALS.get(sig, ("info", sig.name))
+            self.owner.timeline.add(actor=self.name, type=type_, op=op)
+        super().send(sig)
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        code = await super().wait_exit(timeout)
+        if code is not None and self.name not in self.owner.exited:
+            self.owner.exited.add(self.name)
+            await self.owner.record_result(self.name)
+            self.owner.timeline.add(actor=self.name, type="ok" if code == 0 else "fail",
+                                    op=f"exit {code}")
+        return code
 
 
 class Processes:
@@ -36,6 +78,12 @@ class Processes:
         self.timings = dict(timings)
         self.scratch = Path(tempfile.mkdtemp(prefix="nb30-"))
         self.procs: dict[str, WorkerProc] = {}
+        #: What the notebook saw each process do (see the module docstring).
+        self.timeline = History()
+        #: name → (task id, run, execution id) of the lease it claimed, as far as seen.
+        self.leases: dict[str, tuple[str, int, str]] = {}
+        self.exited: set[str] = set()
+        self._beating: set[str | tuple[str, str]] = set()
         lab.add_cleanup(self._kill_all)
 
     def _kill_all(self) -> None:
@@ -50,10 +98,31 @@ class Processes:
         `release(name)`."""
         if hold is not None:
             env["TEAMDESK_PROBE_HOLD"] = f"{hold}:{self._hold_dir(name)}"
-        proc = WorkerProc(self.lab.settings, name, self.scratch, {**self.timings, **env})
+        proc = TrackedProc(self, self.lab.settings, name, self.scratch, {**self.timings, **env})
         proc.start()
         self.procs[name] = proc
+        self.timeline.add(actor=name, type="invoke", op="start",
+                          detail=f"hold at {hold}" if hold else "")
         return proc
+
+    def _claimed(self, name: str, task_id: str, run: int, execution_id: str) -> None:
+        if name not in self.leases:
+            self.leases[name] = (task_id, run, execution_id)
+            self.timeline.add(actor=name, type="ok", op="claim", task_id=task_id, run=run,
+                              execution=execution_id)
+
+    async def record_result(self, name: str) -> None:
+        """If process `name` committed its lease's result (the ledger is COMPLETED and its
+        log says `task.completed` for that task), write the commit to the timeline once."""
+        if name not in self.leases or any(
+                r["actor"] == name and r["op"] == "result" for r in self.timeline.rows):
+            return
+        task_id, run, execution_id = self.leases[name]
+        completed = f"task.completed task_id={task_id}" in await asyncio.to_thread(
+            self.log, name)
+        if completed and (await self.lab.task(task_id)).status == "COMPLETED":
+            self.timeline.add(actor=name, type="ok", op="result", task_id=task_id, run=run,
+                              execution=execution_id)
 
     def _hold_dir(self, name: str) -> Path:
         return self.scratch / f"hold-{name}"
@@ -63,10 +132,15 @@ class Processes:
         reached = self._hold_dir(name) / "reached"
         await wait_until(lambda: asyncio.to_thread(reached.exists), timeout,
                          f"{name} to reach its hold", on_timeout=self.procs[name].tail)
+        ctx = json.loads(await asyncio.to_thread(reached.read_text))
+        self._claimed(name, ctx["task_id"], int(ctx["run"]), ctx["execution_id"])
+        self.timeline.add(actor=name, type="info", op="held", task_id=ctx["task_id"],
+                          run=int(ctx["run"]), execution=ctx["execution_id"])
 
     def release(self, name: str) -> None:
         """Let process `name` go on past its hold."""
         (self._hold_dir(name) / "release").touch()
+        self.timeline.add(actor=name, type="info", op="released")
 
     def log(self, name: str) -> str:
         """Everything process `name` has logged so far."""
@@ -79,15 +153,23 @@ class Processes:
 
         await wait_until(seen, timeout, f"{name} to log {event}",
                          on_timeout=self.procs[name].tail)
+        self.timeline.add(actor=name, type="info", op=event.removeprefix("worker."))
 
     async def heartbeat(self, name: str) -> dict[str, Any] | None:
         """Process `name`'s heartbeat as it stands in Redis (W4), None once it expired."""
         raw = await self.lab.redis.get(heartbeat_key(self.lab.settings, name))
+        if raw and name not in self._beating:
+            self._beating.add(name)
+            self.timeline.add(actor=name, type="ok", op="heartbeat")
         return json.loads(raw) if raw else None
 
     async def heartbeat_gone(self, name: str) -> bool:
         """Whether process `name`'s heartbeat key has expired (or was removed on exit)."""
-        return not await self.lab.redis.exists(heartbeat_key(self.lab.settings, name))
+        gone = not await self.lab.redis.exists(heartbeat_key(self.lab.settings, name))
+        if gone and (name, "gone") not in self._beating:
+            self._beating.add((name, "gone"))
+            self.timeline.add(actor=name, type="info", op="heartbeat gone")
+        return gone
 
     def claimed_lease(self, name: str, task_id: str) -> str | None:
         """The `execution_id` process `name` logged when it claimed `task_id` (its first
@@ -95,8 +177,22 @@ class Processes:
         gets is a new one (P2)."""
         for line in self.log(name).splitlines():
             if "task.claimed" in line and f"task_id={task_id}" in line:
-                return line.split("execution_id=")[1].split()[0]
+                execution_id = line.split("execution_id=")[1].split()[0]
+                run = int(line.split(" run=")[1].split()[0])
+                self._claimed(name, task_id, run, execution_id)
+                return execution_id
         return None
+
+    async def finished(self, name: str, task_id: str, timeout: float = 30.0) -> Any:
+        """Wait until `task_id` is COMPLETED (the ledger is the truth, I1) while process
+        `name` runs; its row. If `name` claimed it (its log says so), the claim and the
+        commit go on the timeline."""
+        row = await wait_until(lambda: completed(self.lab, task_id), timeout,
+                               f"{task_id} to be completed while {name} runs",
+                               on_timeout=self.procs[name].tail)
+        if self.claimed_lease(name, task_id):
+            await self.record_result(name)
+        return row
 
     async def stop_all(self, timeout: float = 30.0) -> dict[str, int | None]:
         """SIGTERM every process still running (SIGKILL past `timeout`), then remove the
@@ -111,3 +207,195 @@ async def completed(lab: Any, task_id: str) -> Any:
     `wait_until` (the ledger is the truth, I1)."""
     row = await lab.task(task_id)
     return row if row.status == "COMPLETED" else None
+
+
+# ------------------------------------------------------------------ 练习 A: the drain
+
+#: The judge's two runs of a learner's drain, each a real worker process in a world of its
+#: own, SIGTERM arriving while an export is held mid-flight: "released" lets the export go
+#: on as soon as the process drains (drain timeout 5 s, a second export already waiting in
+#: the queue); "never released" keeps it held past a 0.5 s drain timeout.
+DRAIN_RUNS: dict[str, tuple[bool, float]] = {"released": (True, 5.0),
+                                             "never released": (False, 0.5)}
+
+
+@dataclass
+class DrainRun:
+    """What one judged process did after its SIGTERM, read from outside: its exit code
+    (None: it did not exit in time and was killed), the held export's row, the waiting
+    export's row, whether its heartbeat key was still there, its log."""
+
+    released: bool
+    drain_timeout_s: float
+    code: int | None
+    held: tuple[str, str | None]
+    waiting: tuple[str, int]
+    heartbeat_left: bool
+    log: str
+
+
+@dataclass
+class DrainVerdict:
+    """The problems found in the two runs (empty: the drain keeps W4)."""
+
+    runs: dict[str, DrainRun]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        codes = ", ".join(f"{name}: exit {run.code}" for name, run in self.runs.items())
+        if self.ok:
+            return (f"✓ your drain keeps W4 ({codes}): no new job after SIGTERM, the running "
+                    "export finished and its lease went, and past the deadline the process "
+                    "said so with exit 3")
+        return "\n".join([f"✗ your drain breaks W4 ({codes}):",
+                          *(f"  - {p}" for p in self.problems)])
+
+
+def _drain_file(drain: Any, folder: Path) -> Path:
+    """Write the drain's source (a function, or the text of a cell) to a file the child
+    process loads (`labs.drain_worker`), with `DRAIN = <its name>`."""
+    if callable(drain):
+        source, name = textwrap.dedent(inspect.getsource(drain)), drain.__name__
+    else:
+        source = str(drain)
+        name = next(n.name for n in ast.parse(source).body
+                    if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef))
+    path = folder / "drain.py"
+    path.write_text(f"{source}\n\nDRAIN = {name}\n", encoding="utf-8")
+    return path
+
+
+async def _row(world: Any, task_id: str) -> tuple[str, str | None, int, Any]:
+    from sqlalchemy import text
+
+    async with world.sessions() as session:
+        row = (await session.execute(text(
+            "SELECT status, execution_id, attempts, dispatched_at FROM background_tasks "
+            "WHERE id = :id"), {"id": task_id})).one()
+    return row[0], row[1], row[2], row[3]
+
+
+async def _one_drain_run(base: Any, timings: dict[str, str], drain_file: Path,
+                         folder: Path, released: bool, drain_timeout: float) -> DrainRun:
+    """One real process with the learner's drain: an export held at `export.after_read`,
+    a second export dispatched and waiting behind it, SIGTERM, the hold released once the
+    process logs `worker.draining` (or never), then what is left."""
+    from labs.procs import World
+    from teamdesk.seed import seed_demo
+    from teamdesk.services.exports import request_export
+
+    world = await World.open_async(base, "ex30")
+    hold = folder / "hold"
+    env = {**timings, "TEAMDESK_WORKER_CONCURRENCY": "1",
+           "TEAMDESK_DRAIN_TIMEOUT_S": str(drain_timeout),
+           "TEAMDESK_PROBE_HOLD": f"export.after_read:{hold}"}
+    proc = WorkerProc(world.settings, "judged", folder, env,
+                      entry=["-m", "labs.drain_worker", str(drain_file)])
+    try:
+        async with world.sessions() as session:
+            await seed_demo(session, tickets=30)
+            first = await request_export(session, "acme", "ben", {"status": ["OPEN"]})
+            second = await request_export(session, "acme", "ben", {"status": ["CLOSED"]})
+        proc.start()
+
+        async def reached() -> bool:
+            if not proc.alive:  # e.g. the drain's file does not load
+                raise RuntimeError(f"the process exited before its first job:\n{proc.tail(8)}")
+            return await asyncio.to_thread((hold / "reached").exists)
+
+        await wait_until(reached, 30, "the judged process to reach its hold",
+                         on_timeout=proc.tail)
+
+        async def second_dispatched() -> bool:
+            return (await _row(world, second.id))[3] is not None
+
+        await wait_until(second_dispatched, 10, "the second export to be dispatched",
+                         on_timeout=proc.tail)
+        proc.send(signal.SIGTERM)
+        if released:
+            await wait_until(lambda: asyncio.to_thread(
+                lambda: "worker.draining" in proc.output()), 10,
+                "the judged process to drain", on_timeout=proc.tail)
+            (hold / "release").touch()
+        code = await proc.wait_exit(drain_timeout + 15)
+        if code is None:
+            proc.kill()
+        beat = await world_redis_exists(world, heartbeat_key(world.settings, "judged"))
+        status, lease, _, _ = await _row(world, first.id)
+        status2, _, attempts2, _ = await _row(world, second.id)
+        return DrainRun(released, drain_timeout, code, (status, lease), (status2, attempts2),
+                        beat, proc.output())
+    finally:
+        proc.kill()
+        await world.close()
+
+
+async def world_redis_exists(world: Any, key: str) -> bool:
+    """Whether `key` exists in the world's Redis (a client of its own, closed again)."""
+    from teamdesk.tasks.queue import redis_client
+
+    client = redis_client(world.settings)
+    try:
+        return bool(await client.exists(key))
+    finally:
+        await client.aclose()
+
+
+def _problems(name: str, run: DrainRun) -> list[str]:
+    """What `run` shows against W4, in the learner's terms."""
+    if run.code is None:
+        return [f"{name}: the process did not exit within {run.drain_timeout_s + 15:g} s of "
+                "SIGTERM (killed): a drain must end within its bound"]
+    out = []
+    if run.heartbeat_left:
+        out.append(f"{name}: the heartbeat key was still in Redis after the process exited: "
+                   "it still looked alive to a supervisor")
+    if run.released:
+        status, lease = run.held
+        if run.waiting != ("WAITING", 0):
+            out.append(f"{name}: a new job was taken after SIGTERM (the waiting export is "
+                       f"{run.waiting[0]}, attempts {run.waiting[1]})")
+        if status != "COMPLETED":
+            out.append(f"{name}: the running export was left {status}"
+                       f"{' under the process’s lease' if lease else ''}: it was not "
+                       "allowed to finish")
+        if run.code != 0:
+            out.append(f"{name}: exit {run.code} after a clean drain (expected 0)")
+    elif run.code != EXIT_DRAIN_TIMEOUT:
+        out.append(f"{name}: exit {run.code} after abandoning the running job past the "
+                   f"drain timeout — the supervisor must be told (EXIT_DRAIN_TIMEOUT = "
+                   f"{EXIT_DRAIN_TIMEOUT})")
+    return out
+
+
+async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> DrainVerdict | str:
+    """Run a learner's drain (a function, or its source text) in the two real processes of
+    `DRAIN_RUNS`, side by side, each in a world of its own, and name what broke W4: a
+    process that did not exit, a job taken after SIGTERM, the running export not finished
+    (left RUNNING under its lease), a wrong exit code, a heartbeat left behind."""
+    if drain is None:
+        return "not attempted yet: write your drain into my_drain"
+    scratch = Path(tempfile.mkdtemp(prefix="nb30-judge-"))
+    try:
+        path = _drain_file(drain, scratch)
+        folders = {name: scratch / f"run{i}" for i, name in enumerate(DRAIN_RUNS)}
+        for folder in folders.values():
+            folder.mkdir()
+        runs = await asyncio.gather(*(
+            _one_drain_run(base, timings, path, folders[name], released, timeout)
+            for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
+    except SyntaxError as err:
+        return f"✗ your drain is not Python yet: {err}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for run in runs:
+        if isinstance(run, BaseException):
+            return f"✗ the judge could not run your drain: {type(run).__name__}: {run}"
+    verdict = DrainVerdict(dict(zip(DRAIN_RUNS, runs, strict=True)))  # type: ignore[arg-type]
+    for name, run in verdict.runs.items():
+        verdict.problems += _problems(name, run)
+    return verdict

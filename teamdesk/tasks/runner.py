@@ -5,7 +5,9 @@ dispatch tick loop (D8). It writes a heartbeat, logs structured lines, and on SI
 SIGINT drains: the dispatch loop stops, the worker stops fetching, the running job gets
 `drain_timeout_s` to finish, connections close, exit 0. Past the timeout the job is
 abandoned (force close) and the process exits 3; whatever it left RUNNING is picked up
-by another worker's stall check or by the dispatcher's stale recovery (D6).
+by another worker's stall check or by the dispatcher's stale recovery (D6). That order is
+`drain_in_order`, over the steps of `Stopping`; `run_worker_process(drain=...)` takes
+another one, for a lab exercise that has a learner write it (`labs.drain_worker`).
 
 Heartbeat: a Redis key `<prefix>:teamdesk:heartbeat:<name>` holding JSON (pid, host,
 started_at, beat_at, ticks, faults), refreshed every `heartbeat_ttl_s / 3` with a TTL of
@@ -22,7 +24,8 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
@@ -46,6 +49,69 @@ EXIT_DRAIN_TIMEOUT = 3
 WorkerHook = Callable[[TaskWorker], None]
 
 
+@dataclass
+class Stopping:
+    """What a worker process holds once it was told to stop, as the steps of its drain
+    (W4). `drain(stopping)` (see `Drain`) calls them in its order and returns the exit
+    code; `drain_in_order` is the product's. Each step can be called once; the process
+    records what happened (`abandoned`) so its last log line says the truth whatever the
+    drain returned."""
+
+    name: str
+    settings: Settings
+    _ticks: DispatchLoop = field(repr=False)
+    _worker: TaskWorker = field(repr=False)
+    _beating: asyncio.Task = field(repr=False)
+    _beat_client: aioredis.Redis = field(repr=False)
+    _queue: object = field(repr=False)
+    _ledger: Ledger = field(repr=False)
+    #: True once `close_worker` had to abandon a running job (its timeout passed).
+    abandoned: bool = False
+
+    async def stop_ticks(self) -> None:
+        """The dispatch tick stops: this process enqueues nothing more (D8)."""
+        await self._ticks.stop()
+
+    async def close_worker(self, timeout: float) -> bool:
+        """The task worker stops fetching jobs and lets the running one finish within
+        `timeout` seconds, then forces; True if it finished in time (the job is done or
+        returned), False if it was abandoned (left RUNNING for D6)."""
+        graceful = await self._worker.close(timeout=timeout)
+        self.abandoned = self.abandoned or not graceful
+        return graceful
+
+    async def stop_heartbeat(self) -> None:
+        """The heartbeat loop ends and its key is deleted: the process says it is gone."""
+        await self._beating
+        with contextlib.suppress(Exception):
+            await self._beat_client.delete(heartbeat_key(self.settings, self.name))
+
+    async def close_connections(self) -> None:
+        """The heartbeat's Redis client, the queue and the ledger's pool close."""
+        with contextlib.suppress(Exception):
+            await self._beat_client.aclose()
+        with contextlib.suppress(Exception):
+            await self._queue.close()  # type: ignore[attr-defined]
+        await self._ledger.close()
+
+
+#: `drain(stopping)`: the worker process's shutdown once SIGTERM/SIGINT came (W4): the
+#: steps of `Stopping` in an order, and the exit code. A lab exercise passes its own
+#: (`labs.drain_worker`); the product and the command line use `drain_in_order`.
+Drain = Callable[[Stopping], Awaitable[int]]
+
+
+async def drain_in_order(stopping: Stopping) -> int:
+    """W4's order: stop enqueuing, stop fetching and let the running job finish within
+    `drain_timeout_s`, end the heartbeat, close the connections; exit 0, or
+    `EXIT_DRAIN_TIMEOUT` when the running job had to be abandoned."""
+    await stopping.stop_ticks()
+    graceful = await stopping.close_worker(stopping.settings.drain_timeout_s)
+    await stopping.stop_heartbeat()
+    await stopping.close_connections()
+    return 0 if graceful else EXIT_DRAIN_TIMEOUT
+
+
 def heartbeat_key(settings: Settings, name: str) -> str:
     return f"{settings.queue_prefix}:teamdesk:heartbeat:{name}"
 
@@ -63,13 +129,16 @@ async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[st
 async def run_worker_process(settings: Settings, *, name: str | None = None,
                              stop: asyncio.Event | None = None,
                              on_worker: WorkerHook | None = None,
-                             fence: Fence = leased_update) -> int:
+                             fence: Fence = leased_update,
+                             drain: Drain | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code.
     `on_worker` (see `WorkerHook`) sees the task worker before it starts. `fence` is the
     function every fenced write of the process's task worker goes through
     (`create_task_worker(fence=...)`, P3): the product's `leased_update`; a lab's entry
     point passes an old fence for one run of its own (`labs.counterexample_worker`), the
-    command line never does.
+    command line never does. `drain` (see `Drain`, default `drain_in_order`) is the
+    shutdown once the stop came (W4); a lab exercise passes a learner's
+    (`labs.drain_worker`).
 
     The loop's SIGTERM/SIGINT handlers are installed here and nowhere else (W4): they set
     `stop`. A caller that saw a signal before this loop ran (`teamdesk worker` while it
@@ -124,23 +193,17 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     await stop.wait()
     t0 = time.monotonic()
     log.info("worker.draining name=%s timeout_s=%s", name, settings.drain_timeout_s)
-    await ticks.stop()
-    graceful = await worker.close(timeout=settings.drain_timeout_s)
-    await beating
-    with contextlib.suppress(Exception):
-        await beat_client.delete(heartbeat_key(settings, name))
-    with contextlib.suppress(Exception):
-        await beat_client.aclose()
-    with contextlib.suppress(Exception):
-        await queue.close()
-    await ledger.close()
+    stopping = Stopping(name, settings, ticks, worker, beating, beat_client, queue, ledger)
+    code = await (drain or drain_in_order)(stopping)
     if uninstall_hold:
         uninstall_hold()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
-    if graceful:
-        log.info("worker.stopped name=%s drained_in_s=%.2f", name, time.monotonic() - t0)
-        return 0
-    log.error("worker.drain_timeout name=%s timeout_s=%s: running job abandoned; stall "
-              "detection or stale recovery (D6) will pick it up", name, settings.drain_timeout_s)
-    return EXIT_DRAIN_TIMEOUT
+    if not stopping.abandoned:
+        log.info("worker.stopped name=%s drained_in_s=%.2f exit=%s", name,
+                 time.monotonic() - t0, code)
+        return code
+    log.error("worker.drain_timeout name=%s timeout_s=%s exit=%s: running job abandoned; "
+              "stall detection or stale recovery (D6) will pick it up", name,
+              settings.drain_timeout_s, code)
+    return code

@@ -1,0 +1,278 @@
+"""The write-it-yourself exercises of notebooks 27 and 30 are judged by the real system:
+the judge rejects each notebook's own starter and accepts its hidden solution, and one
+more plausible wrong answer. Also: the map of the book's tests (ch. 26 §7–§8) to our
+scenes and pytest tests cites only tests and sections that exist."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labs.scenes import ch27
+from tests.labs.test_exercises import NOTEBOOKS
+
+ROOT = NOTEBOOKS.parent
+
+
+def _cell_source(notebook: str, tag: str, name: str) -> str:
+    """The source of the cell tagged `tag` that defines the function `name`."""
+    cells = json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        source = "".join(cell["source"])
+        if tag in cell["metadata"].get("tags", []) and re.search(
+                rf"^(async )?def {name}\(", source, re.M):
+            return source
+    raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
+
+
+def _defined(notebook: str, tag: str, name: str, *, imports_from: str = "exercise") -> Any:
+    """The function `name` a notebook cell defines (a starter or solution), built with the
+    imports of the notebook's exercise cell — the cell's other statements are not run."""
+    cell = ast.parse(_cell_source(notebook, tag, name))
+    exercise = ast.parse(_cell_source(notebook, imports_from, name.replace(
+        "solution_", "my_"))) if tag != imports_from else cell
+    body = [n for n in exercise.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    body += [n for n in cell.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+             and n.name == name]
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), notebook, "exec"), namespace)
+    return namespace[name]
+
+
+# ------------------------------------------------------------------ 27 练习 A
+
+_NO_FINALLY = '''
+@contextlib.asynccontextmanager
+async def my_isolation(base):
+    url = clone_database(base.database_url, prefix="teamdesk_ex27")
+    settings = base.replace(database_url=url, queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
+    yield settings
+    client = redis_client(settings)
+    await delete_prefix(client, settings.queue_prefix)
+    await client.aclose()
+    drop_database(url)
+'''
+
+
+async def test_27_isolation_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """(ours) a clone and a prefix per test, removed in `finally`: three real tests run
+    side by side with the fixture. The starter (a fixed prefix, no clean-up) lets test B
+    count A's jobs and leaves every clone and key behind; a clean-up outside `finally` is
+    skipped by the failing test; the solution isolates and leaves nothing. The judge
+    removes whatever a wrong fixture left."""
+    source = _cell_source("27-test-isolation.ipynb", "exercise", "my_isolation")
+    assert "finally" not in source and "uuid4" not in source  # no answer in the starter
+    starter = _defined("27-test-isolation.ipynb", "exercise", "my_isolation")
+    solution = _defined("27-test-isolation.ipynb", "solution", "solution_isolation")
+
+    bad = await ch27.judge_isolation(starter, lab.settings)
+    assert not bad.ok, str(bad)
+    assert any("share the queue prefix 'ex27'" in line for line in bad.leaks), str(bad)
+    assert any("database(s) of tests A, B, C" in line for line in bad.leaks), str(bad)
+    assert any("Redis keys of tests A, B, C" in line for line in bad.leaks), str(bad)
+    assert not [k async for k in lab.redis.scan_iter(match="ex27:*")]  # the judge cleaned up
+
+    namespace: dict[str, Any] = {}
+    exec("import contextlib, uuid\n"
+         "from teamdesk.db.templates import clone_database, drop_database\n"
+         "from teamdesk.tasks.queue import delete_prefix, redis_client\n" + _NO_FINALLY,
+         namespace)
+    no_finally = await ch27.judge_isolation(namespace["my_isolation"], lab.settings)
+    assert not no_finally.ok and len(no_finally.leaks) == 2, str(no_finally)
+    assert all("of test C" in line and "`finally`" in line for line in no_finally.leaks)
+
+    good = await ch27.judge_isolation(solution, lab.settings)
+    assert good.ok, str(good)
+    assert good.seen == {"A": (2, 2), "B": (1, 1)}
+
+
+async def test_27_isolation_judge_names_a_shared_database(lab):
+    """A fixture that keeps `base`'s database (no clone): every test counts the others'
+    rows, and its dispatcher enqueues them too."""
+    namespace: dict[str, Any] = {}
+    exec("import contextlib, uuid\n"
+         "from teamdesk.tasks.queue import delete_prefix, redis_client\n"
+         "@contextlib.asynccontextmanager\n"
+         "async def no_clone(base):\n"
+         "    settings = base.replace(queue_prefix=f'ex27{uuid.uuid4().hex[:10]}')\n"
+         "    try:\n"
+         "        yield settings\n"
+         "    finally:\n"
+         "        client = redis_client(settings)\n"
+         "        await delete_prefix(client, settings.queue_prefix)\n"
+         "        await client.aclose()\n", namespace)
+    verdict = await ch27.judge_isolation(namespace["no_clone"], lab.settings)
+    assert not verdict.ok
+    assert any(line.startswith("rows: test B") and "share a database" in line
+               for line in verdict.leaks), str(verdict)
+    assert await ch27.judge_isolation(None, lab.settings) == (
+        "not attempted yet: write your fixture into my_isolation")
+
+
+# ------------------------------------------------------------------ the book's tests, ours
+
+def _test_ids(path: Path) -> dict[str, set[str]]:
+    """Test function name → the ids of its `pytest.mark.parametrize` values (read with
+    `ast`, never run): a plain value's id is itself."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or not (
+                node.name.startswith("test_")):
+            continue
+        ids: set[str] = set()
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and ast.unparse(deco.func).endswith("parametrize"):
+                values = ast.literal_eval(deco.args[1])
+                ids |= {v if isinstance(v, str) else repr(v) for v in values}
+        found[node.name] = ids
+    return found
+
+
+def test_every_test_the_map_cites_exists():
+    """Each `path::name[param]` of `ch27.BOOK_TEST_MAP` is a test function in that file
+    (collected with `ast`), and a `[param]` is one of its parametrize values."""
+    cited = [name for row in ch27.BOOK_TEST_MAP for name in row.tests]
+    assert len(cited) >= 9
+    for name in cited:
+        path, _, test = name.partition("::")
+        func, _, param = test.partition("[")
+        tests = _test_ids(ROOT / path)
+        assert func in tests, f"{name}: no such test in {path}"
+        if param:
+            assert param.rstrip("]") in tests[func], f"{name}: no such parameter"
+
+
+def _headings(notebook_prefix: str) -> list[str]:
+    [path] = NOTEBOOKS.glob(f"{notebook_prefix}-*.ipynb")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]).split("\n", 1)[0].lstrip("#").strip() for c in cells
+            if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("#")]
+
+
+def test_every_section_the_map_cites_exists_and_the_book_rows_are_nine():
+    """Each staged section of the map is a heading of that notebook; the rows are the
+    book's six real-worker tests (§7, item 1 as two) and three reminder tests (§8)."""
+    for row in ch27.BOOK_TEST_MAP:
+        for notebook, *sections in row.staged:
+            headings = _headings(notebook)
+            for section in sections:
+                assert any(h.startswith(section) for h in headings), (
+                    f"{row.book}: no section {section!r} in notebook {notebook}")
+    book = [r.book for r in ch27.BOOK_TEST_MAP if "ch. 30" not in r.book]
+    assert len([b for b in book if b.startswith("§7")]) == 6
+    assert len([b for b in book if b.startswith("§8")]) == 3
+
+
+def test_the_map_is_the_same_in_notebook_27_and_the_course_map():
+    """The table is rendered from `BOOK_TEST_MAP` into both places; neither may drift."""
+    table = ch27.map_markdown()
+    cells = json.loads((NOTEBOOKS / "27-test-isolation.ipynb").read_text(encoding="utf-8"))
+    assert any(table in "".join(c["source"]) for c in cells["cells"]
+               if c["cell_type"] == "markdown")
+    assert table in (ROOT / "docs" / "teaching" / "course-map.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("row", ch27.BOOK_TEST_MAP, ids=lambda r: r.book)
+def test_a_row_without_a_test_says_not_covered(row):
+    """A book test with no test of ours is shown as "not covered", never left blank."""
+    line = next(r for r in ch27.map_markdown().splitlines() if r.startswith(f"| {row.book} |"))
+    assert row.tests or line.rstrip().endswith("| not covered |")
+
+
+# ------------------------------------------------------------------ 30 练习 B
+
+_ALWAYS_0 = '''
+async def my_drain(stopping):
+    await stopping.stop_ticks()
+    await stopping.close_worker(stopping.settings.drain_timeout_s)
+    await stopping.stop_heartbeat()
+    await stopping.close_connections()
+    return 0
+'''
+
+
+def _function_source(notebook: str, tag: str, name: str) -> str:
+    """Only the definition of `name` from its cell (a solution cell also runs the judge)."""
+    source = _cell_source(notebook, tag, name)
+    node = next(n for n in ast.parse(source).body
+                if isinstance(n, ast.AsyncFunctionDef) and n.name == name)
+    segment = ast.get_source_segment(source, node)
+    assert segment is not None
+    return segment
+
+
+async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
+    """W4, through the worker process's `drain=` seam (`labs.drain_worker` → `teamdesk.cli
+    .main(drain=)` → `run_worker_process`): two real processes with the drain get SIGTERM
+    while an export runs. The starter (close the connections, exit 0) leaves the export
+    RUNNING under its lease and says 0 after abandoning a job; the right order with a
+    constant exit 0 hides the abandoned job from the supervisor; the solution keeps W4."""
+    from labs.scenes import ch30
+    from labs.timings import FAST_WORKER
+
+    timings = FAST_WORKER.to_env()
+    starter = _function_source("30-worker-process.ipynb", "exercise", "my_drain")
+    solution = _function_source("30-worker-process.ipynb", "solution", "solution_drain")
+    assert "close_worker" not in starter and "EXIT_DRAIN_TIMEOUT" not in starter
+
+    bad = await ch30.judge_drain(starter, base=lab.settings, timings=timings)
+    assert not bad.ok, str(bad)
+    assert any(p.startswith("released: the running export was left RUNNING under")
+               for p in bad.problems), str(bad)
+    assert any(p.startswith("never released: exit 0 after abandoning") for p in bad.problems)
+
+    always_0 = await ch30.judge_drain(_ALWAYS_0, base=lab.settings, timings=timings)
+    assert not always_0.ok, str(always_0)
+    assert always_0.problems == [always_0.problems[0]], str(always_0)  # only the exit code
+    assert always_0.problems[0].startswith("never released: exit 0 after abandoning")
+
+    good = await ch30.judge_drain(solution, base=lab.settings, timings=timings)
+    assert good.ok, str(good)
+    assert {name: run.code for name, run in good.runs.items()} == {
+        "released": 0, "never released": 3}
+    assert good.runs["released"].held == ("COMPLETED", None)
+    assert good.runs["released"].waiting == ("WAITING", 0)
+    assert await ch30.judge_drain(None, base=lab.settings, timings=timings) == (
+        "not attempted yet: write your drain into my_drain")
+
+
+def test_the_drain_seam_is_for_the_worker_command_only(capsys):
+    """W4's seam is the worker's: the command line refuses a drain for any other command."""
+    from teamdesk.cli import main
+    from teamdesk.tasks.runner import drain_in_order
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["tasks"], drain=drain_in_order)
+    assert exit_.value.code == 2
+    assert "apply to the `worker` command only" in capsys.readouterr().err
+
+
+async def test_30_timeline_holds_what_the_swimlane_draws(lab):
+    """W4, P5: the processes' timeline (notebook 30 §5's swimlane) records a process's
+    start, the lease it claimed at its hold, SIGTERM, the drain, the commit and the exit,
+    and its lease lane ends in that process's own commit."""
+    import signal
+
+    from labs.scenes import ch30
+    from labs.timings import SCENE_WORKER
+
+    procs = ch30.Processes(lab, SCENE_WORKER.to_env())
+    w = procs.spawn("w", hold="export.after_read")
+    task = await lab.request_export({"status": ["OPEN"]}, user="ben")
+    await procs.held("w")
+    w.send(signal.SIGTERM)
+    await procs.logged("w", "worker.draining")
+    procs.release("w")
+    assert await w.wait_exit(30) == 0
+    ops = [r["op"] for r in procs.timeline.rows if r["actor"] == "w"]
+    assert ops == ["start", "claim", "held", "SIGTERM", "draining", "released", "result",
+                   "exit 0"], ops
+    [lease] = procs.timeline.leases()
+    assert (lease.task_id, lease.actor, lease.ended_by) == (task.id, "w", "commit")
+    assert procs.timeline.plot() is not None
+    await procs.stop_all()
