@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from devkit import i18n
 from devkit.i18n import say
 from labs import tables
 
@@ -36,7 +37,9 @@ class CaseSpec:
     """One diagnosis case. `stage(lab)` runs the real system into the case's state and
     returns the id of the task to look at. `choices` maps a cause key to the sentence the
     learner reads; `cause` is the right key, `rules` the rule ids that explain it (any one
-    is accepted), `why` what the judge says once both are named."""
+    is accepted), `why` what the judge says once both are named. `zh` holds the 中文
+    edition's words (`title`, `why`, and `choices` with the same keys); the edition's
+    language picks them (`devkit.i18n`)."""
 
     name: str
     title: str
@@ -45,10 +48,19 @@ class CaseSpec:
     cause: str
     rules: frozenset[str]
     why: str
+    zh: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.cause not in self.choices or len(self.choices) < 3:
             raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
+        if "choices" in self.zh and set(self.zh["choices"]) != set(self.choices):
+            raise ValueError(f"case {self.name}: the 中文 choices need the same keys")
+
+    def word(self, key: str) -> Any:
+        """`title`, `why` or `choices` in the edition's language."""
+        if i18n.lang() == "zh" and key in self.zh:
+            return self.zh[key]
+        return getattr(self, key)
 
 
 @dataclass
@@ -74,17 +86,19 @@ class Case:
 
     @property
     def choices(self) -> dict[str, str]:
-        return dict(self.spec.choices)
+        return dict(self.spec.word("choices"))
 
     def show(self) -> None:
         """Print the evidence (in a notebook, each frame is also displayed as a table)."""
-        _display(f"## {self.spec.title} — task {self.task_id}", self.ledger, self.board)
+        _display(say(f"## {self.spec.title} — task {self.task_id}",
+                     f"## {self.spec.word('title')}——任务 {self.task_id}"),
+                 self.ledger, self.board)
         print(say("log lines of this task:", "这个任务的日志行：") if self.log
               else say("no log line names this task", "没有日志行提到这个任务"))
         for line in self.log:
             print("  " + line)
         print(say("causes to choose from:", "可选的原因："))
-        for key, text in self.spec.choices.items():
+        for key, text in self.spec.word("choices").items():
             print(f"  {key!r}: {text}")
 
     def judge(self, *, cause: str | None, rule: str | None) -> Verdict:
@@ -109,7 +123,7 @@ class Case:
                                       "explains it (see RULES.md)",
                                       f"✗ 原因对了，但 {rule} 不是解释它的那条规则"
                                       "（见 RULES.zh-CN.md）"))
-        return Verdict(True, f"✓ {self.spec.choices[cause]} — {self.spec.why}")
+        return Verdict(True, f"✓ {self.spec.word('choices')[cause]} — {self.spec.word('why')}")
 
 
 def _display(title: str, *frames: pd.DataFrame) -> None:

@@ -35,3 +35,21 @@ def test_a_case_needs_its_cause_among_three_choices_and_a_known_name():
         CaseSpec("x", "x", _never, {"a": "", "b": "", "c": ""}, "d", frozenset({"P1"}), "")
     with pytest.raises(KeyError, match="no case 'nope'"):
         spec("nope")
+
+
+def test_a_case_speaks_the_editions_language(monkeypatch):
+    spec_zh = CaseSpec("demo", "demo case", _never,
+                       {"late": "a late write", "lost": "a lost job", "slow": "a slow scan"},
+                       cause="late", rules=frozenset({"P3"}), why="refused",
+                       zh={"title": "示例", "why": "被拒绝了",
+                           "choices": {"late": "迟到的写入", "lost": "丢失的任务",
+                                       "slow": "扫描太慢"}})
+    case = Case(spec_zh, "T1", pd.DataFrame(), pd.DataFrame())
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert case.choices["late"] == "迟到的写入"
+    assert case.judge(cause="late", rule="P3").text == "✓ 迟到的写入 — 被拒绝了"
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    assert case.judge(cause="late", rule="P3").text == "✓ a late write — refused"
+    with pytest.raises(ValueError, match="same keys"):
+        CaseSpec("x", "x", _never, {"a": "", "b": "", "c": ""}, "a", frozenset({"P1"}), "",
+                 zh={"choices": {"a": ""}})
