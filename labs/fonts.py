@@ -17,6 +17,7 @@ Latin text keeps DejaVu Sans, so English figures do not change.
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from pathlib import Path
 
@@ -44,12 +45,29 @@ def cjk_families() -> tuple[str, ...]:
     return (system, BUNDLED_FAMILY) if system else (BUNDLED_FAMILY,)
 
 
+class _RegularOnly(logging.Filter):
+    """The bundled font has one weight: matplotlib draws bold Chinese in it at 400 and says
+    so ("findfont: Failed to find font weight bold for …") on every bold label, a line a
+    learner would read as an error. That one line is dropped; any other stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("findfont: Failed to find font weight")
+                    and BUNDLED_FAMILY in text)
+
+
+_FILTER = _RegularOnly()
+
+
 def use_cjk() -> list[str]:
     """Make matplotlib draw Chinese with the fallbacks of `cjk_families()`, behind the
     first sans-serif font (DejaVu Sans by default); idempotent. Returns the families now
     in force."""
     import matplotlib
 
+    logger = logging.getLogger("matplotlib.font_manager")
+    if _FILTER not in logger.filters:
+        logger.addFilter(_FILTER)
     rc = matplotlib.rcParams
     latin = next((f for f in rc["font.sans-serif"] if f not in cjk_families()), "DejaVu Sans")
     rc["font.family"] = [latin, *cjk_families()]

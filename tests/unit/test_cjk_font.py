@@ -104,3 +104,14 @@ def test_the_swimlane_legend_speaks_the_editions_language(rc, monkeypatch):
     assert "认领：取得租约，新的 En（P2）" in texts
     assert ax.get_legend().get_title().get_text() == "图例"
     assert ax.get_title() == "历史：1 步"
+
+
+def test_bold_chinese_says_nothing_about_the_missing_weight(rc, caplog):
+    """The bundled font has one weight; a bold label must not log a warning a learner
+    would take for an error."""
+    fonts.use_cjk()
+    fig = Figure(figsize=(3, 1), dpi=40)
+    fig.subplots().set_title("胜出的提交", fontweight="bold")
+    with caplog.at_level("WARNING", logger="matplotlib.font_manager"):
+        fig.savefig(io.BytesIO(), format="png")
+    assert not [r for r in caplog.records if "Failed to find font weight" in r.getMessage()]
