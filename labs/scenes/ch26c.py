@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from devkit.i18n import say
 from labs import tables
 from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import execute
@@ -58,11 +59,13 @@ async def judge_last_point(lab: Any, point: Any, tried: dict[str, tuple]) -> boo
         try:
             tried[point] = await fault_at(lab, point)
         except Exception as err:  # a wrong point is a step of learning, not a crash
-            return f"that fault never struck inside a reminder ({type(err).__name__})"
+            return say(f"that fault never struck inside a reminder ({type(err).__name__})",
+                       f"这个故障从未在提醒里发生（{type(err).__name__}）")
     before, between, after = tried[point]
     if point != LAST_POINT:
-        return (f"not the last point inside the transaction (counts {before} → {between} → "
-                f"{after})")
+        return say(f"not the last point inside the transaction (counts {before} → {between} → "
+                   f"{after})",
+                   f"不是事务之内的最后一个探测点（计数 {before} → {between} → {after}）")
     return between == before and after == (before[0] + 1, before[1] + 1, before[2] + 1)
 
 
@@ -112,22 +115,31 @@ class GateVerdict:
 
     def __str__(self) -> str:
         if self.ok:
-            head = ("✓ your gate holds: alone the reminder completes; after the recovery scan "
-                    "G's completion matched 0 rows, LeaseLost rolled all four writes back, and "
-                    "the redelivery gave the only notification, event and version bump (P10, "
-                    "P12)")
+            head = say("✓ your gate holds: alone the reminder completes; after the recovery scan "
+                       "G's completion matched 0 rows, LeaseLost rolled all four writes back, and "
+                       "the redelivery gave the only notification, event and version bump (P10, "
+                       "P12)",
+                       "✓ 你的提交门成立：单独运行时提醒正常完成；恢复扫描之后，G 的完成匹配 0 行，"
+                       "LeaseLost 让四项写入全部回滚，重新投递给出了唯一的通知、事件和 version 递增"
+                       "（P10、P12）")
         elif not self.alone:
-            head = ("✗ your gate stopped the lease holder itself: an executor alone could not "
-                    "complete its reminder")
+            head = say("✗ your gate stopped the lease holder itself: an executor alone could not "
+                       "complete its reminder",
+                       "✗ 你的提交门挡住了租约持有者本人：单独运行的执行者也完成不了它的提醒")
         elif not self.rolled_back:
-            head = ("✗ after the recovery scan cleared G's lease, G's effects committed anyway "
-                    "(its completion matched 0 rows): the ledger says WAITING, the ticket says "
-                    "sent")
+            head = say("✗ after the recovery scan cleared G's lease, G's effects committed anyway "
+                       "(its completion matched 0 rows): the ledger says WAITING, the ticket says "
+                       "sent",
+                       "✗ 恢复扫描清空 G 的租约之后，G 的效果照样提交了（它的完成匹配 0 行）："
+                       "账本说 WAITING，工单却说已发送")
         elif not self.returned.startswith("lease lost"):
-            head = ("✗ G's writes rolled back, but not as a lost lease: the processor took it "
-                    f"for a failure of the task ({self.returned!r}); raise LeaseLost (P6)")
+            head = say("✗ G's writes rolled back, but not as a lost lease: the processor took it "
+                       f"for a failure of the task ({self.returned!r}); raise LeaseLost (P6)",
+                       "✗ G 的写入回滚了，但不是作为失去租约：处理器把它当成了任务的失败"
+                       f"（{self.returned!r}）；请抛出 LeaseLost（P6）")
         else:
-            head = "✗ the redelivery did not end with exactly one of each effect"
+            head = say("✗ the redelivery did not end with exactly one of each effect",
+                       "✗ 重新投递结束时，每项效果并不是恰好一份")
         return "\n".join([head, *(f"  {n}" for n in self.notes)])
 
 
@@ -161,8 +173,10 @@ async def _gate_alone(lab: Any, verdict: GateVerdict) -> None:
     after = await tables.reminder_effects(lab, ticket.id)
     verdict.alone = (row.status.value == "COMPLETED"
                      and after == (before[0] + 1, before[1] + 1, before[2] + 1))
-    verdict.notes.append(f"alone: {_said(end)} → "
-                         f"{row.status.value}, effects {before} → {after}")
+    verdict.notes.append(say(f"alone: {_said(end)} → "
+                             f"{row.status.value}, effects {before} → {after}",
+                             f"单独运行：{_said(end)} → {row.status.value}，"
+                             f"效果 {before} → {after}"))
 
 
 async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
@@ -180,8 +194,11 @@ async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
     verdict.returned = str(done["result"])
     after_a = await tables.reminder_effects(lab, ticket.id)
     verdict.rolled_back = after_a == before
-    verdict.notes.append(f"recovery race: G returned {verdict.returned!r}, effects {before} → "
-                         f"{after_a}, ledger {(await lab.task(task.id)).status.value}")
+    ledger = (await lab.task(task.id)).status.value
+    verdict.notes.append(say(f"recovery race: G returned {verdict.returned!r}, effects {before} → "
+                             f"{after_a}, ledger {ledger}",
+                             f"恢复扫描竞争：G 返回 {verdict.returned!r}，效果 {before} → "
+                             f"{after_a}，账本 {ledger}"))
     since = time.monotonic()
     await lab.dispatch()  # D4: the job completed while the ledger is WAITING: added again
     end = await _ended(lab, job_id, since)
@@ -189,8 +206,10 @@ async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
     verdict.final_effects = await tables.reminder_effects(lab, ticket.id)
     verdict.single = (verdict.final_status == "COMPLETED"
                       and verdict.final_effects == (before[0] + 1, before[1] + 1, before[2] + 1))
-    verdict.notes.append(f"redelivery: {_said(end)} → "
-                         f"{verdict.final_status}, effects {verdict.final_effects}")
+    verdict.notes.append(say(f"redelivery: {_said(end)} → "
+                             f"{verdict.final_status}, effects {verdict.final_effects}",
+                             f"重新投递：{_said(end)} → "
+                             f"{verdict.final_status}，效果 {verdict.final_effects}"))
 
 
 async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
@@ -205,9 +224,11 @@ async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
     The lab's retry backoff should be short (`backoff_delay_ms=30`): a gate that lets the
     effects commit makes the redelivery use up its attempts."""
     if gate is None:
-        return "not attempted yet: write your gate into my_gate"
+        return say("not attempted yet: write your gate into my_gate",
+                   "还没尝试：把你的提交门写进 my_gate")
     if not callable(gate):
-        return "✗ my_gate must be a function: def my_gate(rows_matched, lease): …"
+        return say("✗ my_gate must be a function: def my_gate(rows_matched, lease): …",
+                   "✗ my_gate 必须是一个函数：def my_gate(rows_matched, lease): …")
     verdict = GateVerdict()
     for name in list(lab.workers):
         await lab.stop_worker(name)
@@ -220,8 +241,9 @@ async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
                 if verdict.alone:
                     await _gate_race(lab, verdict)
             except (AssertionError, TimeoutError, psycopg.Error) as err:  # a wait ran out
-                verdict.notes.append(f"the run stopped: {type(err).__name__}: "
-                                     f"{(str(err).splitlines() or [''])[0]}")
+                first = (str(err).splitlines() or [''])[0]
+                verdict.notes.append(say(f"the run stopped: {type(err).__name__}: {first}",
+                                         f"运行中止了：{type(err).__name__}: {first}"))
     finally:
         switch.off()
         await lab.stop_worker("G")
