@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import func, select, text
 
+from devkit.i18n import say
 from labs import private_redis, tables
 from labs.cases import CaseSpec
 from labs.history import History
@@ -150,11 +151,16 @@ class OrderVerdict:
         return self.calm_ok and self.storm_ok
 
     def __str__(self) -> str:
-        head = ("✓ Your order holds: enqueued exactly once and completed with Redis up; "
-                "with Redis down nothing was lost and the next tick after recovery took the "
-                "row (D2, D3, D8)." if self.ok else "✗ Not yet:")
-        return "\n".join([head, "Redis up:", *("  " + s for s in self.calm),
-                          "Redis stopped during your steps, then back:",
+        head = (say("✓ Your order holds: enqueued exactly once and completed with Redis up; "
+                    "with Redis down nothing was lost and the next tick after recovery took the "
+                    "row (D2, D3, D8).",
+                    "✓ 你的顺序站得住：Redis 正常时恰好入队一次并完成；Redis 停掉时什么也没丢，"
+                    "恢复后的下一个 tick 取走了这一行（D2、D3、D8）。")
+                if self.ok else say("✗ Not yet:", "✗ 还不对："))
+        return "\n".join([head, say("Redis up:", "Redis 正常时："),
+                          *("  " + s for s in self.calm),
+                          say("Redis stopped during your steps, then back:",
+                              "你的步骤进行时 Redis 停掉，随后恢复："),
                           *("  " + s for s in self.storm)])
 
 
@@ -194,9 +200,12 @@ async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
     from labs.lab import Lab
 
     if fn is None:
-        return "not attempted yet: write my_dispatch_one(row, steps) above"
+        return say("not attempted yet: write my_dispatch_one(row, steps) above",
+                   "还没尝试：在上面写出 my_dispatch_one(row, steps)")
     if not inspect.iscoroutinefunction(fn):
-        return "✗ write it as `async def my_dispatch_one(row, steps): ...` (the steps are awaited)"
+        return say("✗ write it as `async def my_dispatch_one(row, steps): ...` "
+                   "(the steps are awaited)",
+                   "✗ 请写成 `async def my_dispatch_one(row, steps): ...`（这些步骤要 await）")
     verdict = OrderVerdict()
     lab = await Lab.open("23-order-judge", settings=settings, tickets=10, private_redis=True)
     try:
@@ -213,14 +222,18 @@ async def _calm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdic
     calm = await lab.request_export(ORDER_FILTERS)
     error = await _run_steps(fn, await _one_row(lab, conn, calm.id), steps)
     row, job = await lab.task(calm.id), await lab.job(calm.id)
-    say = verdict.calm.append
+    note = verdict.calm.append
     if error:
-        say(f"your steps raised {error} although Redis was up")
+        note(say(f"your steps raised {error} although Redis was up",
+                 f"Redis 正常，你的步骤却抛出了 {error}"))
     if job is None:
-        say("no job in the queue: the row was never enqueued (D2)")
+        note(say("no job in the queue: the row was never enqueued (D2)",
+                 "队列里没有 job：这一行从未入队（D2）"))
     if row.dispatched_at is None:
-        say("dispatched_at was not marked: every scan takes the row again as never "
-            "dispatched, first in line (D3)")
+        note(say("dispatched_at was not marked: every scan takes the row again as never "
+                 "dispatched, first in line (D3)",
+                 "dispatched_at 没有标记：每次扫描都会把这一行当作从未投递，重新排在最前"
+                 "取走（D3）"))
     if job is None or error:
         return
     await lab.start_worker("J")
@@ -229,8 +242,10 @@ async def _calm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdic
     finally:
         await lab.stop_worker("J")
     done, runs = await lab.task(calm.id), await _completions(lab, calm.id)
-    say(f"one job (<task>-{row.run}); the worker ran it {runs} time(s); "
-        f"the task is {done.status.value}")
+    note(say(f"one job (<task>-{row.run}); the worker ran it {runs} time(s); "
+             f"the task is {done.status.value}",
+             f"一个 job（<task>-{row.run}）；Worker 执行了它 {runs} 次；"
+             f"任务是 {done.status.value}"))
     verdict.calm_ok = (row.dispatched_at is not None and runs == 1
                        and done.status.value == "COMPLETED")
 
@@ -241,19 +256,25 @@ async def _storm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdi
     async with private_redis.outage(lab):
         error = await _run_steps(fn, row, steps)
         during = await lab.task(storm.id)
-    say = verdict.storm.append
-    say(f"your steps {'raised ' + error if error else 'returned'}; the row: WAITING, "
-        f"dispatched_at {'set' if during.dispatched_at else 'NULL'}, no job")
+    note = verdict.storm.append
+    note(say(f"your steps {'raised ' + error if error else 'returned'}; the row: WAITING, "
+             f"dispatched_at {'set' if during.dispatched_at else 'NULL'}, no job",
+             f"你的步骤{'抛出了 ' + error if error else '正常返回'}；这一行：WAITING，"
+             f"dispatched_at {'已设置' if during.dispatched_at else '为 NULL'}，没有 job"))
     report = await lab.dispatch()  # Redis is back, empty: the first tick after recovery
     job = await lab.job(storm.id)
     if during.dispatched_at is not None and job is None:
         verdict.lost = True
-        say(f"LOST: the first tick after recovery scanned {report.scanned} row(s) and skipped "
-            "it — it says 'checked' with no job behind it, so the scan leaves it for 30 s "
-            "(D1, D3); read as 'sent', never again")
+        note(say(f"LOST: the first tick after recovery scanned {report.scanned} row(s) and skipped "
+                 "it — it says 'checked' with no job behind it, so the scan leaves it for 30 s "
+                 "(D1, D3); read as 'sent', never again",
+                 f"丢失：恢复后的第一个 tick 扫描了 {report.scanned} 行，跳过了它——它说“已核对”，"
+                 "背后却没有 job，所以扫描 30 秒内不会管它（D1、D3）；若被读作“已发送”，"
+                 "就再也不会了"))
         return
     if job is None:
-        say("the first tick after recovery did not enqueue it")
+        note(say("the first tick after recovery did not enqueue it",
+                 "恢复后的第一个 tick 没有把它入队"))
         return
     await lab.start_worker("J")
     try:
@@ -261,8 +282,10 @@ async def _storm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdi
     finally:
         await lab.stop_worker("J")
     done, runs = await lab.task(storm.id), await _completions(lab, storm.id)
-    say(f"the first tick after recovery enqueued it (added={report.added}); the worker ran "
-        f"it {runs} time(s); the task is {done.status.value}")
+    note(say(f"the first tick after recovery enqueued it (added={report.added}); the worker ran "
+             f"it {runs} time(s); the task is {done.status.value}",
+             f"恢复后的第一个 tick 把它入队了（added={report.added}）；Worker 执行了它 "
+             f"{runs} 次；任务是 {done.status.value}"))
     verdict.storm_ok = runs == 1 and done.status.value == "COMPLETED"
 
 
@@ -399,7 +422,21 @@ CASES = {
         why="the scan has no run_at <= now condition, so tomorrow's reminder is enqueued "
             "today as a delayed job; every 30 s a scan re-checks it and only refreshes "
             "dispatched_at while the job is queued (D1, D2, D4). Worry only when the job is "
-            "missing and the scans are failing."),
+            "missing and the scans are failing.",
+        zh={
+            "title": "WAITING，dispatched_at 已设置：是不是卡住了？",
+            "why": "扫描没有 run_at <= now 的条件，所以明天的提醒今天就作为延迟 job 入队；"
+                   "每 30 秒一次扫描再次核对它，job 还在队列里时只刷新 dispatched_at"
+                   "（D1、D2、D4）。只有 job 不见了、而且扫描一直失败时才需要担心。",
+            "choices": {
+                "stuck": "卡住了：投递器标记了它又把它弄丢了，需要人工修复",
+                "delayed": "没有卡住：它已经入队，它的 job 在队列里等待（延迟到 run_at）；"
+                           "dispatched_at 是最近一次投递核对时间",
+                "mark-first": "标记在加入之前就写下了，而加入失败了",
+                "worker-died": "一个 Worker 认领了它然后死掉了；它在等过期恢复",
+                "scan-failing": "扫描一直失败，所以再也没人看它",
+            },
+        }),
     "orphan-job": CaseSpec(
         name="orphan-job",
         title="A failed job of a task that is COMPLETED",
@@ -416,7 +453,22 @@ CASES = {
         why="a manual retry opens run + 1, whose job id <task>-1 is new (I2, R2); the "
             "failed record of <task>-0 stays for removeOnFail's week (Q1) and, if it were "
             "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "
-            "job: nothing in the ledger's current run points at it."),
+            "job: nothing in the ledger's current run points at it.",
+        zh={
+            "title": "一个已 COMPLETED 的任务的 failed job",
+            "why": "手动重试新开一轮 run + 1，它的 job id <task>-1 是新的（I2、R2）；"
+                   "<task>-0 的失败记录按 removeOnFail 保留一周（Q1），即使它哪天被投递出来，"
+                   "P1 也会跳过旧轮次（R3）。看板把它叫作孤儿 job（orphan job）："
+                   "账本当前这一轮里没有任何东西指向它。",
+            "choices": {
+                "ledger-lies": "账本错了：任务其实失败了，COMPLETED 是假的",
+                "old-run": "第 0 轮的遗留：重试新开了第 1 轮，有自己的 job id；旧的失败记录"
+                           "由队列的保留期留着，无害",
+                "duplicate": "第 1 轮的一次重复投递，在执行成功的那次旁边失败了",
+                "listener": "failed 监听器忘了把 FAILED 写进账本",
+                "d4-missed": "投递器 D4 的 failed 分支漏掉了它，必须把任务判为失败",
+            },
+        }),
 }
 
 
