@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from devkit.i18n import say
 from labs import tables
 from labs.names import Names
 from teamdesk.db.models import Ticket, TicketEvent
@@ -66,11 +67,13 @@ def d_judged(facts: dict[str, Any] | None) -> bool | str:
     still waits in Redis as a delayed job (nothing was cancelled there, O4; it will find
     its revision stale tomorrow, M1). A string says what is not there yet."""
     if facts is None or facts["new"] is None:
-        return "answer should be D's new REMINDER task"
+        return say("answer should be D's new REMINDER task", "answer 应当是 D 的新 REMINDER 任务")
     status, summary = facts["new"]
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
-        return f"the new reminder is {status}, not yet completed with a reminder sent"
-    return facts["d1"] == ("WAITING", "delayed") or f"d1 is {facts['d1']}"
+        return say(f"the new reminder is {status}, not yet completed with a reminder sent",
+                   f"新提醒是 {status}，还没有以“已发出提醒”完成")
+    return facts["d1"] == ("WAITING", "delayed") or say(f"d1 is {facts['d1']}",
+                                                        f"d1 是 {facts['d1']}")
 
 
 # ------------------------------------------------------------ 练习 (ours): the stale check
@@ -88,8 +91,11 @@ class StaleVerdict:
         return self.total > 0 and self.right == self.total
 
     def __str__(self) -> str:
-        head = ("✓ every reminder did what it should: only the current one reminded anyone "
-                "(M1, O3, P10)" if self.ok else f"✗ {self.right} of {self.total} right:")
+        head = (say("✓ every reminder did what it should: only the current one reminded "
+                    "anyone (M1, O3, P10)",
+                    "✓ 每条提醒都做了该做的事：只有当前的那条提醒了人（M1、O3、P10）")
+                if self.ok else say(f"✗ {self.right} of {self.total} right:",
+                                    f"✗ {self.total} 条里对了 {self.right} 条："))
         return "\n".join([head, *self.lines])
 
 
@@ -102,21 +108,25 @@ async def _situations(lab: Any) -> list[tuple[str, Any, bool, str]]:
     now = datetime.now(UTC)
     out = []
     _t, current = await lab.create_ticket("Judge: nothing changed", due_at=now)
-    out.append(("nothing changed since it was scheduled", current, True,
-                "the one reminder that was due never came"))
+    out.append((say("nothing changed since it was scheduled", "排程之后什么也没改"), current,
+                True, say("the one reminder that was due never came",
+                          "唯一该发的那条提醒始终没来")))
     t, moved = await lab.create_ticket("Judge: re-scheduled", due_at=now)
     await lab.set_due_date(t.id, now + timedelta(minutes=5))
-    out.append(("its due date moved (a newer reminder exists)", moved, False,
-                "the newer reminder will remind too: twice for one ticket"))
+    out.append((say("its due date moved (a newer reminder exists)",
+                    "截止时间改了（已有一条更新的提醒）"), moved, False,
+                say("the newer reminder will remind too: twice for one ticket",
+                    "更新的那条提醒也会提醒：一张工单提醒两次")))
     t, cleared = await lab.create_ticket("Judge: due date cleared", due_at=now)
     await lab.set_due_date(t.id, None)
-    out.append(("its due date was cleared", cleared, False,
-                "a reminder for a ticket that has no due date any more"))
+    out.append((say("its due date was cleared", "截止时间被清除了"), cleared, False,
+                say("a reminder for a ticket that has no due date any more",
+                    "为一张已经没有截止时间的工单发了提醒")))
     t, closed = await lab.create_ticket("Judge: closed", due_at=now)
     async with lab.sessions() as s:
         await ticket_services.close_ticket(s, lab.team, "ben", t.id)
-    out.append(("its ticket was closed", closed, False,
-                "a reminder about a closed ticket"))
+    out.append((say("its ticket was closed", "工单被关闭了"), closed, False,
+                say("a reminder about a closed ticket", "为一张已关闭的工单发了提醒")))
     return out
 
 
@@ -131,9 +141,11 @@ async def judge_stale(lab: Any, fn: Any) -> StaleVerdict | str:
     from teamdesk.tasks.processor import process_task
 
     if fn is None:
-        return "not attempted yet: write my_stale_reason(task, ticket) above"
+        return say("not attempted yet: write my_stale_reason(task, ticket) above",
+                   "还没有尝试：在上面写出 my_stale_reason(task, ticket)")
     if not callable(fn):
-        return "✗ write a function: def my_stale_reason(task, ticket): ..."
+        return say("✗ write a function: def my_stale_reason(task, ticket): ...",
+                   "✗ 请写一个函数：def my_stale_reason(task, ticket): ...")
     ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
     verdict = StaleVerdict()
     for what, task, should_send, cost in await _situations(lab):
@@ -141,8 +153,11 @@ async def judge_stale(lab: Any, fn: Any) -> StaleVerdict | str:
         try:
             await process_task(StandInJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
-            verdict.lines.append(f"  ✗ {what}: your check raised {type(err).__name__}; the "
-                                 "reminder is left for a retry, nobody was told why")
+            verdict.lines.append(say(
+                f"  ✗ {what}: your check raised {type(err).__name__}; the "
+                "reminder is left for a retry, nobody was told why",
+                f"  ✗ {what}：你的检查抛出了 {type(err).__name__}；"
+                "这条提醒留待重试，没有人被告知原因"))
             continue
         row = await lab.task(task.id)
         sent = (row.result_summary or "").startswith("Reminder sent")
@@ -151,8 +166,10 @@ async def judge_stale(lab: Any, fn: Any) -> StaleVerdict | str:
             mark = "✓"
         else:
             mark = "✗"
-        did = "reminded" if sent else "sent nothing"
+        did = say("reminded", "提醒了") if sent else say("sent nothing", "什么也没发")
         ought = "" if sent == should_send else f" — {cost}"
-        verdict.lines.append(f"  {mark} {what}: {did} ({row.status.value}: "
-                             f"{row.result_summary}){ought}")
+        verdict.lines.append(say(f"  {mark} {what}: {did} ({row.status.value}: "
+                                 f"{row.result_summary}){ought}",
+                                 f"  {mark} {what}：{did}（{row.status.value}："
+                                 f"{row.result_summary}）{ought}"))
     return verdict

@@ -17,6 +17,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from devkit.i18n import say
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
 from teamdesk.errors import TeamDeskError
 from teamdesk.services import exports
@@ -70,12 +71,15 @@ def fits(filters: Any, matched: int | str | None, limit: int) -> bool | str:
     `limit` tickets (`matched`, from `matches`), so `request_export` would accept them (X1;
     a new, narrower request, R4). A string says what is wrong."""
     if not isinstance(filters, dict) or filters.get("status") != ["OPEN"]:
-        return "keep the status filter: {'status': ['OPEN'], …}"
+        return say("keep the status filter: {'status': ['OPEN'], …}",
+                   "保留状态筛选条件：{'status': ['OPEN'], …}")
     if isinstance(matched, str):
-        return f"the service refuses these filters — {matched}"
+        return say(f"the service refuses these filters — {matched}",
+                   f"服务拒绝了这些筛选条件——{matched}")
     if matched is None:
-        return "nothing counted yet"
-    return 0 < matched <= limit or f"they match {matched} tickets; the aim is 1–{limit}"
+        return say("nothing counted yet", "还没有计数")
+    return 0 < matched <= limit or say(f"they match {matched} tickets; the aim is 1–{limit}",
+                                       f"它们匹配 {matched} 张工单；目标是 1–{limit} 张")
 
 
 async def legacy_export(lab: Any, filters: dict[str, Any], *, user: str = "ben"
@@ -126,13 +130,17 @@ async def judge_narrowed(lab: Any, filters: Any, *, user: str = "ben") -> Narrow
     with 1 to `export_limit` rows, every title about Webhook, exactly the tickets the
     filters match (a new, narrower task, R4). Else what went wrong, from the real system."""
     if not isinstance(filters, dict) or filters.get("text") != WISH["text"]:
-        return NarrowedVerdict(False, "✗ keep Ben's wish, {'text': 'Webhook', …}, and "
-                                      "narrow it with more filters")
+        return NarrowedVerdict(False, say("✗ keep Ben's wish, {'text': 'Webhook', …}, and "
+                                          "narrow it with more filters",
+                                          "✗ 保留 Ben 的愿望 {'text': 'Webhook', …}，"
+                                          "再加筛选条件把它变窄"))
     try:
         task = await lab.request_export(filters, user=user)
     except TeamDeskError as err:
-        return NarrowedVerdict(False, f"✗ the request was refused and wrote nothing — "
-                                      f"{type(err).__name__}: {err}")
+        return NarrowedVerdict(False, say(f"✗ the request was refused and wrote nothing — "
+                                          f"{type(err).__name__}: {err}",
+                                          f"✗ 申请被拒绝，什么也没写——"
+                                          f"{type(err).__name__}: {err}"))
     if "W" not in lab.workers:
         await lab.start_worker("W", export_batch_size=10)
     job_id = task_job_id(task.id, 0)
@@ -141,20 +149,27 @@ async def judge_narrowed(lab: Any, filters: Any, *, user: str = "ben") -> Narrow
         await _finished(lab, job_id)
     row = await lab.task(task.id)
     if row.status is not TaskStatus.COMPLETED:
-        return NarrowedVerdict(False, f"✗ accepted, but the export ended {row.status.value}: "
-                                      f"{row.last_error}")
+        return NarrowedVerdict(False, say(f"✗ accepted, but the export ended "
+                                          f"{row.status.value}: {row.last_error}",
+                                          f"✗ 已受理，但导出以 {row.status.value} 结束："
+                                          f"{row.last_error}"))
     saved = list(csv.DictReader(io.StringIO((await download(lab, user, task)).csv)))
     async with lab.sessions() as s:
         meant = await exports.matching_tickets(s, lab.team, user, task.scope,
                                                exports.validate_filters(filters))
     limit = lab.settings.export_limit
     if not saved:
-        return NarrowedVerdict(False, "✗ it ran, but saved 0 rows: narrow the export, "
-                                      "do not empty it")
+        return NarrowedVerdict(False, say("✗ it ran, but saved 0 rows: narrow the export, "
+                                          "do not empty it",
+                                          "✗ 它执行了，但保存了 0 行：要让导出变窄，"
+                                          "不是把它清空"))
     if [int(r["id"]) for r in saved] != [t.id for t in meant] or not all(
             WISH["text"].lower() in r["title"].lower() for r in saved):
-        return NarrowedVerdict(False, "✗ the saved rows are not the tickets your filters "
-                                      "match")
-    return NarrowedVerdict(True, f"✓ a new, narrower task: COMPLETED, {len(saved)} rows "
-                                 f"(limit {limit}), every one about Webhook — "
-                                 f"{row.result_summary} (X1, R4)")
+        return NarrowedVerdict(False, say("✗ the saved rows are not the tickets your filters "
+                                          "match", "✗ 保存下来的行不是你的筛选条件匹配的工单"))
+    return NarrowedVerdict(True, say(f"✓ a new, narrower task: COMPLETED, {len(saved)} rows "
+                                     f"(limit {limit}), every one about Webhook — "
+                                     f"{row.result_summary} (X1, R4)",
+                                     f"✓ 一个新的、更窄的任务：COMPLETED，{len(saved)} 行"
+                                     f"（限额 {limit}），每一行都与 Webhook 有关——"
+                                     f"{row.result_summary}（X1、R4）"))

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from devkit.i18n import say
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
@@ -83,12 +84,17 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
     """§1's table, as text to print: the three identities of one task in its two rounds,
     with what each is (I1, I2, I3)."""
     rows = [
-        ("task id", round_1.id, round_2.id, "the ledger row: one for the task's whole life"),
-        ("run", round_1.run, round_2.run, 'the round; the page shows "round run+1"'),
+        ("task id", round_1.id, round_2.id,
+         say("the ledger row: one for the task's whole life", "账本那一行：任务一生只有一行")),
+        ("run", round_1.run, round_2.run,
+         say('the round; the page shows "round run+1"', "轮次；页面显示“第 run+1 轮”")),
         ("queue job id", job_0.id, job_1.id,
-         "task_job_id(id, run): a manual retry opens a new one"),
-        ("job attemptsMade", job_0.attemptsMade, job_1.attemptsMade, "kept by BullMQ, per job"),
-        ("ledger attempts", round_1.attempts, round_2.attempts, "attemptsMade + 1 of that job"),
+         say("task_job_id(id, run): a manual retry opens a new one",
+             "task_job_id(id, run)：手动重试会新开一个")),
+        ("job attemptsMade", job_0.attemptsMade, job_1.attemptsMade,
+         say("kept by BullMQ, per job", "由 BullMQ 记录，每个队列记录各一个")),
+        ("ledger attempts", round_1.attempts, round_2.attempts,
+         say("attemptsMade + 1 of that job", "那个队列记录的 attemptsMade + 1")),
         ("status", round_1.status.value, round_2.status.value, ""),
     ]
     lines = [f"{'':<17}{'round 1':<11}{'round 2':<11}"]
@@ -110,6 +116,13 @@ SITUATIONS: dict[str, tuple[bool, RejectReason]] = {
     "the filters name a status that does not exist": (True, RejectReason.INVALID_FILTERS),
 }
 CHOICES = ("retry", "reject")
+#: The situations in the 中文 edition's words (shown beside the learner's choice).
+SITUATIONS_ZH = {
+    "the database connection dropped while a batch was read": "读取一批时数据库连接断了",
+    "Redis timed out while the progress was reported": "汇报进度时 Redis 超时",
+    "the export's owner is no longer a member of the team": "导出的所有者已不是团队成员",
+    "the filters name a status that does not exist": "筛选条件里写了一个不存在的状态",
+}
 
 
 class ScriptedJob(StandInJob):
@@ -172,29 +185,41 @@ async def judge_kinds(lab: Any, ctx: TaskContext, choices: Any) -> KindsVerdict:
     choice; ✓ when the task ended the way it should — finished after a passing problem,
     FAILED at once for a lasting one — else what the choice cost."""
     if not isinstance(choices, dict) or set(choices) != set(SITUATIONS):
-        return KindsVerdict(False, "✗ my_kinds must map each situation above to "
-                                   "\"retry\" or \"reject\"")
+        return KindsVerdict(False, say("✗ my_kinds must map each situation above to "
+                                       "\"retry\" or \"reject\"",
+                                       "✗ my_kinds 必须为上面的每一种情况写上 "
+                                       "\"retry\" 或 \"reject\""))
     lines, right = [], 0
     for situation, choice in choices.items():
+        zh = SITUATIONS_ZH[situation]
         if choice not in CHOICES:
-            lines.append(f"  ? {situation}: write \"retry\" or \"reject\"")
+            lines.append(say(f"  ? {situation}: write \"retry\" or \"reject\"",
+                             f"  ? {zh}：请写 \"retry\" 或 \"reject\""))
             continue
         status, runs = await _outcome(lab, ctx, situation, choice)
         stays = SITUATIONS[situation][0]
         if not stays and status == "COMPLETED":
             right += 1
-            lines.append(f"  ✓ {situation}: {choice} → COMPLETED on attempt {runs}")
+            lines.append(say(f"  ✓ {situation}: {choice} → COMPLETED on attempt {runs}",
+                             f"  ✓ {zh}：{choice} → 第 {runs} 次尝试 COMPLETED"))
         elif stays and status == "FAILED" and runs == 1:
             right += 1
-            lines.append(f"  ✓ {situation}: {choice} → FAILED at once, a clear reason kept")
+            lines.append(say(f"  ✓ {situation}: {choice} → FAILED at once, a clear reason kept",
+                             f"  ✓ {zh}：{choice} → 立即 FAILED，留下了清楚的原因"))
         elif not stays:
-            lines.append(f"  ✗ {situation}: {choice} → {status} after {runs} execution(s); "
-                         "the problem had passed, a retry would have finished the export")
+            lines.append(say(f"  ✗ {situation}: {choice} → {status} after {runs} execution(s); "
+                             "the problem had passed, a retry would have finished the export",
+                             f"  ✗ {zh}：{choice} → 执行 {runs} 次后 {status}；"
+                             "问题已经过去，重试本可以完成导出"))
         else:
-            lines.append(f"  ✗ {situation}: {choice} → {status} only after {runs} "
-                         "executions: each retry met the same problem (and the user waited)")
-    head = ("✓ every task ended the way it should (P7)" if right == len(SITUATIONS)
-            else f"{right} of {len(SITUATIONS)} right")
+            lines.append(say(f"  ✗ {situation}: {choice} → {status} only after {runs} "
+                             "executions: each retry met the same problem (and the user waited)",
+                             f"  ✗ {zh}：{choice} → 直到执行 {runs} 次后才 {status}："
+                             "每次重试都遇到同样的问题（用户白白等着）"))
+    head = (say("✓ every task ended the way it should (P7)", "✓ 每个任务都以应有的方式结束（P7）")
+            if right == len(SITUATIONS)
+            else say(f"{right} of {len(SITUATIONS)} right",
+                     f"{len(SITUATIONS)} 种情况里对了 {right} 种"))
     return KindsVerdict(right == len(SITUATIONS), "\n".join([head, *lines]))
 
 

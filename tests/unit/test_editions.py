@@ -17,9 +17,6 @@ SOURCES = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 #: Notebooks whose 中文 edition is not written yet. It only shrinks: a new notebook gets
 #: its catalogue (`teamdesk editions --draft NAME`) with its English.
 PENDING = {
-    "24-reminders",
-    "25-exports",
-    "26a-identities-and-retries",
     "26b-takeover-race",
     "26d-manual-retry-and-recovery",
     "27-test-isolation",
