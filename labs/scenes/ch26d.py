@@ -453,6 +453,8 @@ CASES = {
 
 #: Exercise F's two scenes: when the late callback lands.
 CALLBACK_SCENES = ("after B's claim", "before any claim")
+#: The two scenes by their 中文 names (what a verdict prints in the 中文 edition).
+CALLBACK_SCENES_ZH = {"after B's claim": "B 认领之后", "before any claim": "任何人认领之前"}
 
 
 @dataclass
@@ -482,14 +484,15 @@ class CallbackVerdict:
                       if status != "COMPLETED"]
             head = say(f"✗ your callback failed a newer execution's run: landing "
                        f"{' and '.join(broken) or 'before the end'}",
-                       f"✗ 你的回调让一个更新的执行的这一轮失败了：落地于 "
-                       f"{'、'.join(broken) or '结束之前'}")
+                       f"✗ 你的回调让一个更新的执行的这一轮失败了（回调落地于："
+                       f"{'、'.join(CALLBACK_SCENES_ZH.get(b, b) for b in broken) or '结束之前'}）")
         lines = [head]
         for name, (status, result, raised) in self.scenes.items():
             extra = say(f", your callback raised {raised}", f"，你的回调抛出了 {raised}"
                         ) if raised else ""
             lines.append(say(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}",
-                             f"  落地于 {name}：账本最后是 {status}，B 说 {result!r}{extra}"))
+                             f"  {CALLBACK_SCENES_ZH.get(name, name)}落地：账本最后是 {status}，"
+                             f"B 说 {result!r}{extra}"))
         return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
 
 
