@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from devkit.i18n import say
 from labs.cases import CaseSpec
 from labs.counterexample_worker import legacy_failed_listener
 from labs.history import History
@@ -34,12 +35,12 @@ def fields(row: dict[str, Any], columns: list[str], names: Names | None = None
         if v is None:
             return "NULL"
         if isinstance(v, datetime):
-            return "(a time)"
+            return say("(a time)", "（某个时间）")
         if hasattr(v, "value"):
             return v.value
         if isinstance(v, str) and len(v) == 36 and v.count("-") == 4:
             named = names.lease_of(v) if names is not None else v
-            return named if named != v else "(a lease)"
+            return named if named != v else say("(a lease)", "（某个租约）")
         return v if not isinstance(v, str) or len(v) < 45 else v[:42] + "…"
     return {c: show(row[c]) for c in columns}
 
@@ -94,20 +95,24 @@ async def rounds_with(lab: Any, fails: int, memo: dict[int, list[Round]]) -> lis
 def show_rounds(rounds: list[Round]) -> None:
     """Exercise C's table: each round's job, attemptsMade, ledger attempts and status,
     then the executions (claims) in all."""
-    print(f"{'job':<11}{'attemptsMade':<14}{'ledger attempts':<17}status")
+    print(say(f"{'job':<11}{'attemptsMade':<14}{'ledger attempts':<17}status",
+              f"{'job':<11}{'attemptsMade':<14}{'账本 attempts':<15}状态"))
     for jid, made, attempts, status in rounds:
         print(f"{jid:<11}{made:<14}{attempts:<17}{status}")
-    print("executions (claims) in all:", sum(r[1] for r in rounds))
+    print(say("executions (claims) in all:", "全部执行（认领）次数："), sum(r[1] for r in rounds))
 
 
-THIRD_HOLDS = ("the task needed three rounds and ran more than three times: attempts=3 is a "
-               "per-run budget, and Retry grants a new one (I3, Q1, R2).")
+THIRD_HOLDS = say("the task needed three rounds and ran more than three times: attempts=3 is a "
+                  "per-run budget, and Retry grants a new one (I3, Q1, R2).",
+                  "任务需要三轮，运行了不止三次：attempts=3 是每一轮的预算，"
+                  "重试会给出一份新的预算（I3、Q1、R2）。")
 
 
 def third_round(rounds: list[Round]) -> bool | str:
     """Exercise C's judge: the task completed in its third round (I3, Q1, R2)."""
     statuses = [r[3] for r in rounds]
-    return statuses == ["FAILED", "FAILED", "COMPLETED"] or f"the rounds ended {statuses}"
+    return statuses == ["FAILED", "FAILED", "COMPLETED"] or say(
+        f"the rounds ended {statuses}", f"各轮的结果是 {statuses}")
 
 
 # ---------------------------------------------------------------- the late failed callback
@@ -153,7 +158,9 @@ class LateCallback:
         self.writes.append(write)
         self.lab.history.add(actor="old callback", type="ok" if write["rows"] else "info",
                              op="failed callback", task_id=write["task_id"], run=write["run"],
-                             detail=f"FAILED by task_id + run, no lease: {write['rows']} row")
+                             detail=say(f"FAILED by task_id + run, no lease: {write['rows']} row",
+                                        f"按 task_id + run 置为 FAILED，没有租约："
+                                        f"{write['rows']} 行"))
         self._landed.set()
 
     def _landed_own(self, done: dict[str, Any]) -> None:
@@ -363,7 +370,20 @@ CASES = {
         rules=frozenset({"P3", "P6", "P2"}),
         why="the lease decides who may write: E1's progress write matched nothing, so A "
             "raised LeaseLost and returned without failing the task or reporting 100 (P3, "
-            "P6); B's run is the one that completed. Never write E1 back."),
+            "P6); B's run is the one that completed. Never write E1 back.",
+        zh={
+            "title": "故障 A：旧执行者返回，却没有报告 100",
+            "why": "租约决定谁可以写入：E1 的进度写入什么也没匹配到，于是 A 抛出 LeaseLost，"
+                   "既没有让任务失败，也没有报告 100 就返回了（P3、P6）；完成的是 B 的这一轮。"
+                   "绝不要把 E1 写回去。",
+            "choices": {
+                "takeover": "一个更新的认领（E2）接手了这一轮；旧执行者带租约条件的写入匹配 0 行，"
+                            "它安静地退出了",
+                "new-run-failed": "新的一轮失败了，旧执行者因此停下",
+                "redis-lost": "Redis 丢了进度汇报；导出必须重新运行",
+                "crashed": "旧执行者在导出中途崩溃了；把它的 E1 写回去，它就能做完",
+                "old-run": "这次投递属于更早的一轮，在第一道检查处就被跳过了",
+            }}),
     "fault-b": CaseSpec(
         name="fault-b",
         title="故障 B: the queue reported an error, yet the page says COMPLETED",
@@ -380,7 +400,20 @@ CASES = {
         rules=frozenset({"P9", "P5"}),
         why="look at result_csv, the summary and the expiry: the completion UPDATE "
             "committed them (P5); the error after it met a COMPLETED row, so the error "
-            "path matched 0 rows and returned (P9). The queue's progress is simply behind."),
+            "path matched 0 rows and returned (P9). The queue's progress is simply behind.",
+        zh={
+            "title": "故障 B：队列报错，页面却已完成",
+            "why": "看 result_csv、摘要和有效期：完成时的 UPDATE 已经把它们提交了（P5）；"
+                   "之后的错误遇到的是一行 COMPLETED，所以错误路径匹配 0 行并返回（P9）。"
+                   "队列的进度只是落后了而已。",
+            "choices": {
+                "report-failed": "结果已经提交；只有发给队列的最后一次 100 的汇报失败了，"
+                                 "处理器保留了结果",
+                "partial-csv": "保存了一份不完整的 CSV，却显示为已完成",
+                "overwritten": "一个更新的执行完成了，并覆盖了这一次的结果",
+                "needs-retry": "这一轮失败了；页面是过时的，任务需要重试",
+                "dispatcher": "投递器按队列的记录把它标记为 COMPLETED",
+            }}),
     "running-long": CaseSpec(
         name="running-long",
         title="A task RUNNING far beyond its lock",
@@ -399,7 +432,20 @@ CASES = {
         why="updated_at has not moved for ten minutes, so nothing is advancing it; the "
             "queue's active says nothing about progress. Recovery is the dispatcher's: "
             "after 120 s without progress, and only in a scan that reaches it (D6, W3) — "
-            "this one failed on another task first (D8)."),
+            "this one failed on another task first (D8).",
+        zh={
+            "title": "一个 RUNNING 远超锁时长的任务",
+            "why": "updated_at 已经十分钟没动，说明没有任何东西在推进它；队列的 active "
+                   "说明不了进度。恢复是投递器的事：超过 120 秒没有进展，而且只在一次走到"
+                   "恢复逻辑的扫描里发生（D6、W3）——这一次扫描先在另一个任务上失败了（D8）。",
+            "choices": {
+                "frozen-no-scan": "它的执行者死了或冻住了；只有超过两分钟阈值之后的一次成功的"
+                                  "投递器扫描才能把它带回来（还没有一次走到那一步）",
+                "slow-export": "一个慢但还活着的导出：它的进度让这一行保持新鲜",
+                "newer-lease": "一个更新的执行持有租约，仍在工作",
+                "listener-will-fail-it": "队列让 job 失败了；failed 监听器会把账本置为 FAILED",
+                "needs-retry": "现在只有手动重试能让它动起来",
+            }}),
 }
 
 
@@ -407,6 +453,8 @@ CASES = {
 
 #: Exercise F's two scenes: when the late callback lands.
 CALLBACK_SCENES = ("after B's claim", "before any claim")
+#: The two scenes by their 中文 names (what a verdict prints in the 中文 edition).
+CALLBACK_SCENES_ZH = {"after B's claim": "B 认领之后", "before any claim": "任何人认领之前"}
 
 
 @dataclass
@@ -424,19 +472,27 @@ class CallbackVerdict:
 
     def __str__(self) -> str:
         if self.ok:
-            head = ("✓ your callback never failed a newer execution: in both scenes B's run "
-                    "completed (W2, W3)")
+            head = say("✓ your callback never failed a newer execution: in both scenes B's run "
+                       "completed (W2, W3)",
+                       "✓ 你的回调从没让一个更新的执行失败："
+                       "两个场景里 B 的这一轮都完成了（W2、W3）")
         elif any(raised for _, _, raised in self.scenes.values()):
-            head = "✗ your callback raised an error (below): a listener must not crash"
+            head = say("✗ your callback raised an error (below): a listener must not crash",
+                       "✗ 你的回调抛出了一个错误（见下）：监听器不能崩溃")
         else:
             broken = [name for name, (status, _, _) in self.scenes.items()
                       if status != "COMPLETED"]
-            head = (f"✗ your callback failed a newer execution's run: landing "
-                    f"{' and '.join(broken) or 'before the end'}")
+            head = say(f"✗ your callback failed a newer execution's run: landing "
+                       f"{' and '.join(broken) or 'before the end'}",
+                       f"✗ 你的回调让一个更新的执行的这一轮失败了（回调落地于："
+                       f"{'、'.join(CALLBACK_SCENES_ZH.get(b, b) for b in broken) or '结束之前'}）")
         lines = [head]
         for name, (status, result, raised) in self.scenes.items():
-            extra = f", your callback raised {raised}" if raised else ""
-            lines.append(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}")
+            extra = say(f", your callback raised {raised}", f"，你的回调抛出了 {raised}"
+                        ) if raised else ""
+            lines.append(say(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}",
+                             f"  {CALLBACK_SCENES_ZH.get(name, name)}落地：账本最后是 {status}，"
+                             f"B 说 {result!r}{extra}"))
         return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
 
 
@@ -470,16 +526,20 @@ async def judge_callback(lab: Any, body: Any) -> CallbackVerdict | str:
     import inspect
 
     if body is None:
-        return "not attempted yet: write your callback into my_on_failed"
+        return say("not attempted yet: write your callback into my_on_failed",
+                   "还没尝试：把你的回调写进 my_on_failed")
     if not inspect.iscoroutinefunction(body):
-        return "✗ my_on_failed must be an async function: async def my_on_failed(conn, event): …"
+        return say("✗ my_on_failed must be an async function: "
+                   "async def my_on_failed(conn, event): …",
+                   "✗ my_on_failed 必须是一个异步函数：async def my_on_failed(conn, event): …")
     verdict = CallbackVerdict()
     with lab.expect_errors(source="worker failed"):  # A's job fails on purpose, each scene
         try:
             for scene in CALLBACK_SCENES:
                 await _callback_scene(lab, body, scene, verdict)
         except (AssertionError, TimeoutError) as err:  # a wait ran out
-            verdict.notes.append(f"the run stopped: {type(err).__name__}: "
+            verdict.notes.append(say("the run stopped: ", "运行中止：")
+                                 + f"{type(err).__name__}: "
                                  f"{(str(err).splitlines() or [''])[0]}")
         finally:
             await lab.stop_worker("A")

@@ -23,9 +23,15 @@ from typing import Any
 
 import psycopg
 
+from devkit.i18n import say
+
 #: A fixture a test asked for → the isolation it gives (tests/conftest.py).
 ISOLATION = {"database_url": "own clone", "settings": "own prefix",
              "gates": "own gates", "redis": "own Redis keys", "queue": "own queue"}
+#: The same labels in the 中文 edition (`BookRun.report`).
+ISOLATION_ZH = {"own clone": "自己的克隆", "own prefix": "自己的前缀", "own gates": "自己的关卡",
+                "own Redis keys": "自己的 Redis 键", "own queue": "自己的队列",
+                "own prefix (no Redis used)": "自己的前缀（没有用到 Redis）"}
 
 
 def task_count(lab: Any) -> int:
@@ -69,8 +75,11 @@ class BookRun:
         out = []
         for book, test in self.tests.items():
             line = self.used.get(test, "")
-            status = line.rsplit(" ", 1)[-1] or "NOT RUN"
-            out.append(f"{book}: {status} | relied on: {', '.join(self.relied_on(test))}")
+            status = line.rsplit(" ", 1)[-1] or say("NOT RUN", "没有运行")
+            relied = self.relied_on(test)
+            out.append(say(f"{book}: {status} | relied on: {', '.join(relied)}",
+                           f"{book}: {status} | 依赖："
+                           f"{'、'.join(ISOLATION_ZH.get(r, r) for r in relied)}"))
         return "\n".join([*out, self.summary_line])
 
     @property
@@ -109,8 +118,10 @@ async def key_pattern_judge(lab: Any, pattern: str | None) -> Callable[[Any], bo
 
     def exact(_pattern: Any) -> bool | str:
         if found - mine:
-            return "it also matches keys of other worlds (another notebook, a test run)"
-        return (bool(mine) and found == mine) or "it misses some of this world's keys"
+            return say("it also matches keys of other worlds (another notebook, a test run)",
+                       "它还匹配到了别的世界的键（另一个笔记本、一次测试运行）")
+        return (bool(mine) and found == mine) or say("it misses some of this world's keys",
+                                                     "它漏掉了这个世界的一些键")
     return exact
 
 
@@ -142,9 +153,12 @@ class IsolationVerdict:
 
     def __str__(self) -> str:
         if self.ok:
-            return ("✓ your fixture isolates: each test saw only its own rows and jobs, and "
-                    "nothing was left behind — not even by the test that failed")
-        return "\n".join(["✗ your fixture leaks:", *(f"  - {line}" for line in self.leaks)])
+            return say("✓ your fixture isolates: each test saw only its own rows and jobs, and "
+                       "nothing was left behind — not even by the test that failed",
+                       "✓ 你的夹具做到了隔离：每个测试只看到自己的行和 job，"
+                       "什么也没留下——连失败的那个测试也没有")
+        return "\n".join([say("✗ your fixture leaks:", "✗ 你的夹具有泄漏："),
+                          *(f"  - {line}" for line in self.leaks)])
 
 
 def _db_name(url: str) -> str:
@@ -202,10 +216,16 @@ def _left_behind(what: str, names: list[str], counts: dict[str, int] | None = No
         return []
     amount = f"{max(counts[n] for n in names)} " if counts else "the "
     whose = f"test{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    zh_amount = f" {max(counts[n] for n in names)} 个 " if counts else ""
+    zh_what = {"database(s)": "数据库", "Redis keys": "Redis 键"}.get(what, what)
+    zh = f"测试 {'、'.join(names)} 的{zh_amount}{zh_what}"
     if all(ISOLATION_TESTS[n][1] for n in names):
-        return [f"left behind: {amount}{what} of {whose} — the test failed and its clean-up "
-                "never ran: put the clean-up in `finally`"]
-    return [f"left behind: {amount}{what} of {whose} — no clean-up removed them"]
+        return [say(f"left behind: {amount}{what} of {whose} — the test failed and its "
+                    "clean-up never ran: put the clean-up in `finally`",
+                    f"留下了：{zh}——测试失败了，它的清理从没运行："
+                    "把清理放进 `finally`")]
+    return [say(f"left behind: {amount}{what} of {whose} — no clean-up removed them",
+                f"留下了：{zh}——没有任何清理删除它们")]
 
 
 def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> list[str]:
@@ -215,14 +235,20 @@ def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> li
     for name, (rows, jobs) in seen.items():
         made = ISOLATION_TESTS[name][0]
         if rows != made:
-            leaks.append(f"rows: test {name} saw {rows} tasks in its database, it wrote "
-                         f"{made} — the tests share a database")
+            leaks.append(say(f"rows: test {name} saw {rows} tasks in its database, it wrote "
+                             f"{made} — the tests share a database",
+                             f"行：测试 {name} 在它的数据库里看到 {rows} 个任务，它写了 "
+                             f"{made} 个——这些测试共用一个数据库"))
         if jobs != made and prefixes.count(ours[name].queue_prefix) > 1:
-            leaks.append(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
-                         f"— the tests share the queue prefix {ours[name].queue_prefix!r}")
+            leaks.append(say(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
+                             f"— the tests share the queue prefix {ours[name].queue_prefix!r}",
+                             f"job：测试 {name} 在它的队列里看到 {jobs} 个 job，它加入了 {made} "
+                             f"个——这些测试共用队列前缀 {ours[name].queue_prefix!r}"))
         elif jobs != made:
-            leaks.append(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
-                         "— its dispatcher found the other tests' rows in the shared database")
+            leaks.append(say(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
+                             "— its dispatcher found the other tests' rows in the shared database",
+                             f"job：测试 {name} 在它的队列里看到 {jobs} 个 job，它加入了 {made} "
+                             "个——它的投递器在共用的数据库里找到了别的测试的行"))
     return leaks
 
 
@@ -243,7 +269,8 @@ async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
     from teamdesk.tasks.queue import delete_prefix
 
     if fixture is None:
-        return "not attempted yet: write your fixture into my_isolation"
+        return say("not attempted yet: write your fixture into my_isolation",
+                   "还没尝试：把你的夹具写进 my_isolation")
     barrier = asyncio.Barrier(len(ISOLATION_TESTS))
     yielded: dict[str, Any] = {}
     async with asyncio.timeout(timeout):
@@ -258,7 +285,8 @@ async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
             seen[name] = outcome
         elif not (fails and isinstance(outcome, FailedOnPurpose)) and not isinstance(
                 outcome, asyncio.BrokenBarrierError):
-            leaks.append(f"test {name} could not run: {type(outcome).__name__}: {outcome}")
+            leaks.append(say(f"test {name} could not run: ", f"测试 {name} 无法运行：")
+                         + f"{type(outcome).__name__}: {outcome}")
     ours = {name: s for name, s in yielded.items() if hasattr(s, "database_url")}
     prefixes = [s.queue_prefix for s in ours.values()]
     leaks += _what_they_saw(seen, ours)

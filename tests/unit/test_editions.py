@@ -18,8 +18,6 @@ SOURCES = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 #: its catalogue (`teamdesk editions --draft NAME`) with its English.
 PENDING = {
     "26b-takeover-race",
-    "26d-manual-retry-and-recovery",
-    "27-test-isolation",
     "30-worker-process",
     "90-chaos",
 }
