@@ -35,6 +35,7 @@ from typing import Any
 
 import psycopg
 
+from devkit.i18n import say
 from teamdesk.db.models import Ticket
 from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import QUERIES
@@ -53,14 +54,17 @@ def where_fence(where: str) -> Any:
     product's lease condition. `where` may name `%(task_id)s`, `%(run)s` and
     `%(execution_id)s` (the lease the executor holds) and the table's columns."""
     if not isinstance(where, str) or not where.strip():
-        raise ValueError("write the condition as a string, e.g. \"id = %(task_id)s AND …\"")
+        raise ValueError(say("write the condition as a string, e.g. \"id = %(task_id)s AND …\"",
+                             "把条件写成一个字符串，例如 \"id = %(task_id)s AND …\""))
     text = " ".join(where.split())
     if ";" in text:
-        raise ValueError("one condition, without ';'")
+        raise ValueError(say("one condition, without ';'", "只写一个条件，不要带 ';'"))
     unknown = set(re.findall(r"%\((\w+)\)s", text)) - LEASE_PARAMS
     if unknown:
-        raise ValueError(f"unknown parameter(s) {', '.join(sorted(unknown))}; the lease has "
-                         "%(task_id)s, %(run)s and %(execution_id)s")
+        raise ValueError(say(f"unknown parameter(s) {', '.join(sorted(unknown))}; the lease has "
+                             "%(task_id)s, %(run)s and %(execution_id)s",
+                             f"未知参数 {', '.join(sorted(unknown))}；租约只有 "
+                             "%(task_id)s、%(run)s 和 %(execution_id)s"))
 
     async def fence(conn: Any, lease: Lease, statement: str | None = None, *,
                     during: str = "write", **values: Any) -> None:
@@ -92,14 +96,21 @@ class FenceVerdict:
 
     def __str__(self) -> str:
         if self.ok:
-            head = ("✓ your fence holds: the lease holder writes, and after B took over "
-                    "A's late writes matched no row — B's CSV was saved (P3, P5)")
+            head = say("✓ your fence holds: the lease holder writes, and after B took over "
+                       "A's late writes matched no row — B's CSV was saved (P3, P5)",
+                       "✓ 你的围栏守住了：租约持有者能写入；B 接手之后，A 迟到的写入一行也"
+                       "没匹配上——保存的是 B 的 CSV（P3、P5）")
         elif not self.alone_completed:
-            head = ("✗ your fence refused the lease holder's own writes: an executor alone "
-                    "could not finish its export")
+            head = say("✗ your fence refused the lease holder's own writes: an executor alone "
+                       "could not finish its export",
+                       "✗ 你的围栏连租约持有者自己的写入都拒绝了：一个执行者单独运行也"
+                       "完成不了它的导出")
         else:
-            head = (f"✗ after B took over, {'A' if self.saved == 'A' else 'nobody'}'s CSV "
-                    "was saved: A's late writes still matched a row")
+            head = say(f"✗ after B took over, {'A' if self.saved == 'A' else 'nobody'}'s CSV "
+                       "was saved: A's late writes still matched a row",
+                       "✗ B 接手之后，"
+                       f"{'保存的是 A 的 CSV' if self.saved == 'A' else '谁的 CSV 都没保存'}"
+                       "：A 迟到的写入仍然匹配到了一行")
         return "\n".join([head, *(f"  {n}" for n in self.notes)])
 
 
@@ -111,7 +122,7 @@ async def _alone(lab: Any, verdict: FenceVerdict) -> None:
                               timeout=T)
     row = await lab.task(task.id)
     verdict.alone_completed = row.status.value == "COMPLETED"
-    verdict.notes.append(f"alone: {done['result']}")
+    verdict.notes.append(say(f"alone: {done['result']}", f"单独运行：{done['result']}"))
     await lab.stop_worker("S")
 
 
@@ -145,7 +156,8 @@ async def _race(lab: Any, verdict: FenceVerdict) -> None:
         await lab.wait_for("error", actor="A", job_id=job_id, timeout=T)
         gate_b.release()
         done = await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
-    verdict.notes.append(f"race: B says {done['result']!r}")
+    verdict.notes.append(say(f"race: B says {done['result']!r}",
+                             f"竞争：B 说 {done['result']!r}"))
     row = await lab.task(task.id)
     titles = [r["title"] for r in csv.DictReader(io.StringIO(row.result_csv or ""))]
     if titles:
@@ -167,7 +179,8 @@ async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str
     from labs.lab import Lab
 
     if where is None:
-        return "not attempted yet: write your condition into my_where"
+        return say("not attempted yet: write your condition into my_where",
+                   "还没尝试：把你的条件写进 my_where")
     try:
         fence = where_fence(where)
     except ValueError as err:
@@ -182,8 +195,9 @@ async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str
             if verdict.alone_completed:
                 await _race(lab, verdict)
         except (AssertionError, TimeoutError, psycopg.Error) as err:  # a wait ran out
-            verdict.notes.append(f"the run stopped: {type(err).__name__}: "
-                                 f"{(str(err).splitlines() or [''])[0]}")
+            first = (str(err).splitlines() or [''])[0]
+            verdict.notes.append(say(f"the run stopped: {type(err).__name__}: {first}",
+                                     f"运行中途停下了：{type(err).__name__}: {first}"))
     finally:
         await lab.close(check=False)
     return verdict
@@ -254,6 +268,10 @@ LabTest = Callable[[Any], Awaitable[Any]]
 WORLDS = (("the product", None), ("the status-only guard for A", "status-only-guard"))
 #: Seconds one run of a learner's test may take before it is reported as hanging.
 BOUND = 30.0
+#: The 中文 words of the worlds' labels and of a run's outcomes (shown, not compared).
+ZH = {"the product": "在产品上", "the status-only guard for A": "A 用只看状态的守卫时",
+      "passed": "通过", "failed": "失败", "timed out": "等待超时", "errored": "出错",
+      "hung": "挂住不动"}
 
 
 @dataclass
@@ -271,9 +289,13 @@ class TestRun:
     held: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        line = f"{self.world}: {self.outcome}" + (f" — {self.detail}" if self.detail else "")
+        line = say(f"{self.world}: {self.outcome}",
+                   f"{ZH.get(self.world, self.world)}：{ZH.get(self.outcome, self.outcome)}"
+                   ) + (f" — {self.detail}" if self.detail else "")
         if self.held:
-            line += f"\n    and it left {', '.join(self.held)} held: release gates in finally"
+            held = ", ".join(self.held)
+            line += say(f"\n    and it left {held} held: release gates in finally",
+                        f"\n    而且它留下 {held} 仍被拦着：请在 finally 里放行关卡")
         return line
 
 
@@ -294,18 +316,25 @@ class TestVerdict:
 
     def __str__(self) -> str:
         if self.ok:
-            head = ("✓ your test is a test: it passes on the product and catches the "
-                    "status-only guard (P3, P5, P6)")
+            head = say("✓ your test is a test: it passes on the product and catches the "
+                       "status-only guard (P3, P5, P6)",
+                       "✓ 你的测试称得上是测试：它在产品上通过，也抓住了只看状态的守卫"
+                       "（P3、P5、P6）")
         elif self.product.outcome != "passed":
-            head = "✗ on the product your test does not pass: a test must pass where the rule holds"
+            head = say("✗ on the product your test does not pass: a test must pass where the "
+                       "rule holds", "✗ 你的测试在产品上没有通过：规则成立的地方，测试必须通过")
         elif self.guard.outcome == "passed":
-            head = ("✗ your test passes on the status-only guard too: a test that cannot "
-                    "catch the bug is not a test")
+            head = say("✗ your test passes on the status-only guard too: a test that cannot "
+                       "catch the bug is not a test",
+                       "✗ 你的测试在只看状态的守卫上也通过了：抓不住 bug 的测试不算测试")
         elif self.guard.outcome != "failed":
-            head = ("✗ on the guard your test did not fail by an assertion: it must catch the "
-                    "bug by what it asserts about the row, not by a wait that runs out")
+            head = say("✗ on the guard your test did not fail by an assertion: it must catch the "
+                       "bug by what it asserts about the row, not by a wait that runs out",
+                       "✗ 在旧守卫上，你的测试不是因断言而失败的：它必须靠对那一行的断言抓住"
+                       " bug，而不是靠一次等待超时")
         else:
-            head = "✗ your test left a gate held: release every gate in finally"
+            head = say("✗ your test left a gate held: release every gate in finally",
+                       "✗ 你的测试留下了一道仍在拦着的关卡：请在 finally 里放行每一道关卡")
         return "\n".join([head, f"  {self.product}", f"  {self.guard}"])
 
 
@@ -314,7 +343,8 @@ def _first_line(err: BaseException) -> str:
     text = (str(err).splitlines() or [""])[0]
     if not text:
         frames = traceback.extract_tb(err.__traceback__)
-        text = f"at `{frames[-1].line}`" if frames and frames[-1].line else "(no message)"
+        text = (say(f"at `{frames[-1].line}`", f"出错的是 `{frames[-1].line}`")
+                if frames and frames[-1].line else say("(no message)", "（没有消息）"))
     line = f"{type(err).__name__}: {text}"
     return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
 
@@ -343,7 +373,8 @@ async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: 
             await asyncio.wait_for(test_fn(lab), bound)
             run.outcome = "passed"
         except TimeoutError:
-            run.outcome, run.detail = "hung", f"still running after {bound:g} s"
+            run.outcome, run.detail = "hung", say(f"still running after {bound:g} s",
+                                                  f"{bound:g} 秒后仍在运行")
         except AssertionError as err:
             run.outcome = "timed out" if _is_a_wait(err) else "failed"
             run.detail = _first_line(err)
@@ -362,9 +393,10 @@ async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND
     the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
     checked for gates left held. A verdict, or a line saying what to pass."""
     if test_fn is None:
-        return "not attempted yet: write my_test above"
+        return say("not attempted yet: write my_test above", "还没尝试：先在上面写好 my_test")
     if not asyncio.iscoroutinefunction(test_fn):
-        return "✗ pass the test function itself: an `async def` taking the lab"
+        return say("✗ pass the test function itself: an `async def` taking the lab",
+                   "✗ 请传入测试函数本身：一个以 lab 为参数的 `async def`")
     settings = await _servers(settings)
     # The two worlds share nothing (own database, own prefix, own gates): run side by side.
     product, guard = await asyncio.gather(*(

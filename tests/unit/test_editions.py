@@ -17,7 +17,6 @@ SOURCES = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 #: Notebooks whose 中文 edition is not written yet. It only shrinks: a new notebook gets
 #: its catalogue (`teamdesk editions --draft NAME`) with its English.
 PENDING = {
-    "26b-takeover-race",
     "30-worker-process",
     "90-chaos",
 }
