@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit.i18n import say
 from labs.chaos.checker import Invariant, Violation, invariant_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.holds import Crossing
@@ -143,40 +144,52 @@ class ChaosReport:
 def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[FaultEvent],
                  out: Callable[[str], None], notes: list[str]) -> None:
     """What the run will do, before it does it: the arguments, timings and schedule."""
-    out(f"chaos run: seed {config.seed}, {config.workers} worker process(es), {config.tasks} "
-        f"task(s), fault window {config.duration:g} s, kinds {','.join(kinds)}; "
-        f"machine: {os.cpu_count()} cores")
-    out(f"  worker timings (environment): {describe(CHAOS_WORKER)}")
+    out(say(f"chaos run: seed {config.seed}, {config.workers} worker process(es), {config.tasks} "
+            f"task(s), fault window {config.duration:g} s, kinds {','.join(kinds)}; "
+            f"machine: {os.cpu_count()} cores",
+            f"混沌演练：种子 {config.seed}，{config.workers} 个 Worker 进程，{config.tasks} "
+            f"个任务，故障窗口 {config.duration:g} 秒，故障种类 {','.join(kinds)}；"
+            f"机器：{os.cpu_count()} 核"))
+    out(say(f"  worker timings (environment): {describe(CHAOS_WORKER)}",
+            f"  Worker 时间参数（环境变量）：{describe(CHAOS_WORKER)}"))
     for n in notes:
-        out(f"  note: {n}")
-    out(f"  fault schedule ({len(schedule)} faults):")
+        out(say(f"  note: {n}", f"  注：{n}"))
+    out(say(f"  fault schedule ({len(schedule)} faults):",
+            f"  故障时间表（{len(schedule)} 次故障）："))
     for ev in schedule:
         out(f"    {ev.describe()}")
 
 
 def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
     """What the run did and found, after it."""
-    out("summary")
-    out("  faults injected: " + ", ".join(
-        f"{k} {report.executed[k]}" + (f" (+{report.skipped[k]} skipped)"
+    out(say("summary", "总结"))
+    out(say("  faults injected: ", "  注入的故障：") + ", ".join(
+        f"{k} {report.executed[k]}" + (say(f" (+{report.skipped[k]} skipped)",
+                                           f"（另有 {report.skipped[k]} 次跳过）")
                                        if report.skipped[k] else "") for k in report.kinds))
-    out(f"  faults that struck a RUNNING task (held between two batches): {report.struck} "
-        f"({', '.join(f'{k} {n}' for k, n in sorted(report.struck_running.items()))})")
-    out(f"  running work: {report.verdict()}")
-    out("  tasks by status: " + ", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items())))
+    struck = ", ".join(f"{k} {n}" for k, n in sorted(report.struck_running.items()))
+    out(say(f"  faults that struck a RUNNING task (held between two batches): {report.struck} "
+            f"({struck})",
+            f"  打在 RUNNING 任务上的故障（停在两批之间）：{report.struck}（{struck}）"))
+    out(say(f"  running work: {report.verdict()}", f"  运行中的工作：{report.verdict()}"))
+    out(say("  tasks by status: ", "  各状态的任务：")
+        + ", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items())))
     for text_, n in report.failed_texts.most_common():
-        out(f"  FAILED x{n}: {text_}")
-    out(f"  settled: {report.settled} after {report.settle_s:.1f} s; {report.snapshots} "
-        f"snapshots of COMPLETED rows ({len(report.completed_seen)} rows checked unchanged)")
-    out("  recovery notes:")
+        out(say(f"  FAILED x{n}: {text_}", f"  FAILED {n} 个：{text_}"))
+    out(say(f"  settled: {report.settled} after {report.settle_s:.1f} s; {report.snapshots} "
+            f"snapshots of COMPLETED rows ({len(report.completed_seen)} rows checked unchanged)",
+            f"  已收敛：{report.settled}，用时 {report.settle_s:.1f} 秒；COMPLETED 行的快照 "
+            f"{report.snapshots} 次（核对了 {len(report.completed_seen)} 行未被改动）"))
+    out(say("  recovery notes:", "  恢复记录："))
     for n in report.notes:
         out(f"    {n}")
     if report.findings:
-        out("  findings (not ledger invariants, not counted as violations):")
+        out(say("  findings (not ledger invariants, not counted as violations):",
+                "  发现（不属于账本不变量，不计为违反）："))
         for n in report.findings:
             out(f"    {n}")
     kept = report.log_dir or "removed (nothing to read in them; --keep-logs keeps them)"
     out(f"  worker logs: {kept}")
-    out(f"  violations: {len(report.violations)}")
+    out(say(f"  violations: {len(report.violations)}", f"  违反：{len(report.violations)} 处"))
     for v in report.violations[:30]:
         out(f"    VIOLATION {v}")

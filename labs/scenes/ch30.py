@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit.i18n import say
 from labs.history import History
 from labs.procs import WorkerProc, wait_until
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
@@ -248,10 +249,13 @@ class DrainVerdict:
     def __str__(self) -> str:
         codes = ", ".join(f"{name}: exit {run.code}" for name, run in self.runs.items())
         if self.ok:
-            return (f"✓ your drain keeps W4 ({codes}): no new job after SIGTERM, the running "
-                    "export finished and its lease went, and past the deadline the process "
-                    "said so with exit 3")
-        return "\n".join([f"✗ your drain breaks W4 ({codes}):",
+            return say(f"✓ your drain keeps W4 ({codes}): no new job after SIGTERM, the running "
+                       "export finished and its lease went, and past the deadline the process "
+                       "said so with exit 3",
+                       f"✓ 你的排空遵守了 W4（{codes}）：SIGTERM 之后没有再取新 job，正在运行的"
+                       "导出做完了，它的租约也随之清除；超过时限时，进程以退出码 3 说明了这一点")
+        return "\n".join([say(f"✗ your drain breaks W4 ({codes}):",
+                              f"✗ 你的排空违反了 W4（{codes}）："),
                           *(f"  - {p}" for p in self.problems)])
 
 
@@ -304,7 +308,8 @@ async def _one_drain_run(base: Any, timings: dict[str, str], drain_file: Path,
 
         async def reached() -> bool:
             if not proc.alive:  # e.g. the drain's file does not load
-                raise RuntimeError(f"the process exited before its first job:\n{proc.tail(8)}")
+                raise RuntimeError(say(f"the process exited before its first job:\n{proc.tail(8)}",
+                                       f"进程在接到第一个 job 之前就退出了：\n{proc.tail(8)}"))
             return await asyncio.to_thread((hold / "reached").exists)
 
         await wait_until(reached, 30, "the judged process to reach its hold",
@@ -348,27 +353,37 @@ async def world_redis_exists(world: Any, key: str) -> bool:
 def _problems(name: str, run: DrainRun) -> list[str]:
     """What `run` shows against W4, in the learner's terms."""
     if run.code is None:
-        return [f"{name}: the process did not exit within {run.drain_timeout_s + 15:g} s of "
-                "SIGTERM (killed): a drain must end within its bound"]
+        return [say(f"{name}: the process did not exit within {run.drain_timeout_s + 15:g} s of "
+                    "SIGTERM (killed): a drain must end within its bound",
+                    f"{name}：进程在 SIGTERM 之后 {run.drain_timeout_s + 15:g} 秒内没有退出"
+                    "（已被杀掉）：排空必须在时限内结束")]
     out = []
     if run.heartbeat_left:
-        out.append(f"{name}: the heartbeat key was still in Redis after the process exited: "
-                   "it still looked alive to a supervisor")
+        out.append(say(f"{name}: the heartbeat key was still in Redis after the process exited: "
+                       "it still looked alive to a supervisor",
+                       f"{name}：进程退出后心跳键仍留在 Redis 里：在守护进程看来它还活着"))
     if run.released:
         status, lease = run.held
         if run.waiting != ("WAITING", 0):
-            out.append(f"{name}: a new job was taken after SIGTERM (the waiting export is "
-                       f"{run.waiting[0]}, attempts {run.waiting[1]})")
+            out.append(say(f"{name}: a new job was taken after SIGTERM (the waiting export is "
+                           f"{run.waiting[0]}, attempts {run.waiting[1]})",
+                           f"{name}：SIGTERM 之后又取了一个新 job（等待中的那个导出现在是 "
+                           f"{run.waiting[0]}，尝试次数 {run.waiting[1]}）"))
         if status != "COMPLETED":
-            out.append(f"{name}: the running export was left {status}"
-                       f"{' under the process’s lease' if lease else ''}: it was not "
-                       "allowed to finish")
+            out.append(say(f"{name}: the running export was left {status}"
+                           f"{' under the process’s lease' if lease else ''}: it was not "
+                           "allowed to finish",
+                           f"{name}：正在运行的导出被撂在 {status}"
+                           f"{'，租约仍是这个进程的' if lease else ''}：它没能做完"))
         if run.code != 0:
-            out.append(f"{name}: exit {run.code} after a clean drain (expected 0)")
+            out.append(say(f"{name}: exit {run.code} after a clean drain (expected 0)",
+                           f"{name}：干净地排空之后却以 {run.code} 退出（应为 0）"))
     elif run.code != EXIT_DRAIN_TIMEOUT:
-        out.append(f"{name}: exit {run.code} after abandoning the running job past the "
-                   f"drain timeout — the supervisor must be told (EXIT_DRAIN_TIMEOUT = "
-                   f"{EXIT_DRAIN_TIMEOUT})")
+        out.append(say(f"{name}: exit {run.code} after abandoning the running job past the "
+                       f"drain timeout — the supervisor must be told (EXIT_DRAIN_TIMEOUT = "
+                       f"{EXIT_DRAIN_TIMEOUT})",
+                       f"{name}：超过排空时限撂下了正在运行的 job，却以 {run.code} 退出——"
+                       f"必须告诉守护进程（EXIT_DRAIN_TIMEOUT = {EXIT_DRAIN_TIMEOUT}）"))
     return out
 
 
@@ -378,7 +393,8 @@ async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Drai
     process that did not exit, a job taken after SIGTERM, the running export not finished
     (left RUNNING under its lease), a wrong exit code, a heartbeat left behind."""
     if drain is None:
-        return "not attempted yet: write your drain into my_drain"
+        return say("not attempted yet: write your drain into my_drain",
+                   "还没尝试：把你的排空写进 my_drain")
     scratch = Path(tempfile.mkdtemp(prefix="nb30-judge-"))
     try:
         path = _drain_file(drain, scratch)
@@ -389,12 +405,14 @@ async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Drai
             _one_drain_run(base, timings, path, folders[name], released, timeout)
             for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
     except SyntaxError as err:
-        return f"✗ your drain is not Python yet: {err}"
+        return say(f"✗ your drain is not Python yet: {err}",
+                   f"✗ 你的排空还不是合法的 Python：{err}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for run in runs:
         if isinstance(run, BaseException):
-            return f"✗ the judge could not run your drain: {type(run).__name__}: {run}"
+            return say(f"✗ the judge could not run your drain: {type(run).__name__}: {run}",
+                       f"✗ 评判程序没能运行你的排空：{type(run).__name__}：{run}")
     verdict = DrainVerdict(dict(zip(DRAIN_RUNS, runs, strict=True)))  # type: ignore[arg-type]
     for name, run in verdict.runs.items():
         verdict.problems += _problems(name, run)
