@@ -210,7 +210,7 @@ async def completed(lab: Any, task_id: str) -> Any:
     return row if row.status == "COMPLETED" else None
 
 
-# ------------------------------------------------------------------ 练习 A: the drain
+# ------------------------------------------------------------------ 练习 B: the drain
 
 #: The judge's two runs of a learner's drain, each a real worker process in a world of its
 #: own, SIGTERM arriving while an export is held mid-flight: "released" lets the export go
