@@ -6,6 +6,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from devkit.i18n import say
+from labs import fonts
 from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.report import ChaosReport
 
@@ -30,6 +32,7 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
 
     lanes = [f"w{i + 1}" for i in range(report.config.workers)] + ["redis"]
     y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
+    fonts.use_cjk()  # the 中文 edition's title and legend
     fig = ChaosFigure(figsize=(12, 2.4 + 0.7 * len(lanes)), dpi=100)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for start, end, lane, kind in report.timeline:
@@ -50,16 +53,19 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
                      zorder=5)
     top.axvspan(0, report.config.duration, color="#ffeeee", zorder=-1)
     top.set_yticks([y[lane] for lane in lanes], lanes)
-    top.set_title(f"chaos run, seed {report.config.seed}"
-                  + (f", counterexample: {report.config.counterexample}"
-                     if report.config.counterexample else "")
-                  + f" — {len(report.violations)} violation(s)")
+    cx = report.config.counterexample
+    top.set_title(say(f"chaos run, seed {report.config.seed}"
+                      + (f", counterexample: {cx}" if cx else "")
+                      + f" — {len(report.violations)} violation(s)",
+                      f"混沌运行，种子 {report.config.seed}"
+                      + (f"，反例：{cx}" if cx else "")
+                      + f"——{len(report.violations)} 处违规"))
     marks = [Line2D([], [], marker="v", color="black", linestyle="none",
-                    label="struck a RUNNING task"),
+                    label=say("struck a RUNNING task", "击中一个 RUNNING 任务")),
              Line2D([], [], marker="v", color="black", markerfacecolor="none",
-                    linestyle="none", label="none held"),
+                    linestyle="none", label=say("none held", "未拦住任何执行")),
              Line2D([], [], marker="x", color="#d62728", linestyle="none",
-                    label="its lease replaced")]
+                    label=say("its lease replaced", "它的租约被替换"))]
     top.legend(handles=[Patch(color=kind.colour, label=name)
                         for name, kind in FAULT_KINDS.items() if name in report.kinds] + marks,
                loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
@@ -68,7 +74,8 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
         xs, ys = zip(*report.completions, strict=True)
         bottom.step(xs, ys, where="post", color="#2ca02c")
     bottom.set_ylabel("COMPLETED")
-    bottom.set_xlabel("seconds after the fault window opened (shaded)")
+    bottom.set_xlabel(say("seconds after the fault window opened (shaded)",
+                          "故障窗口打开后的秒数（阴影部分）"))
     fig.tight_layout()
     if path is not None:
         fig.savefig(path)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devkit.i18n import say
+from labs import fonts
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
@@ -253,22 +254,26 @@ def plot_attempts(rows: list[dict[str, Any]], *, title: str) -> Any:
             self.savefig(buf, format="png")
             return buf.getvalue()
 
+    fonts.use_cjk()  # the 中文 edition's labels
     fig = AttemptsFigure(figsize=(8, 2.2), dpi=100)
     ax = fig.subplots()
     for r in rows:
         ax.plot([r["started"]], [0], "o", color="tab:blue")
-        ax.annotate(f"attempt {r['attempt']}", (r["started"], 0), (0, 10),
+        ax.annotate(say(f"attempt {r['attempt']}", f"第 {r['attempt']} 次尝试"),
+                    (r["started"], 0), (0, 10),
                     textcoords="offset points", ha="center")
         if r["failed"] is not None:
             ax.plot([r["failed"]], [0], "x", color="tab:red")
     for prev, r in itertools.pairwise(rows):
         ax.annotate("", (r["started"], -0.5), (prev["failed"], -0.5),
                     arrowprops={"arrowstyle": "<->", "color": "grey"})
-        ax.text((prev["failed"] + r["started"]) / 2, -0.45, f"backoff {r['waited']:.1f} s",
+        ax.text((prev["failed"] + r["started"]) / 2, -0.45,
+                say(f"backoff {r['waited']:.1f} s", f"退避 {r['waited']:.1f} 秒"),
                 ha="center", va="bottom", color="grey")
     ax.set_ylim(-1, 1)
     ax.set_yticks([])
-    ax.set_xlabel("seconds since attempt 1 started (o: start, x: failed)")
+    ax.set_xlabel(say("seconds since attempt 1 started (o: start, x: failed)",
+                      "自第 1 次尝试开始的秒数（o：开始，x：失败）"))
     ax.set_title(title)
     fig.tight_layout()
     return fig
