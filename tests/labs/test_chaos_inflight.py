@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from labs.chaos import ChaosReport, Invariant, private_restarter, run_chaos
+from labs.chaos import ChaosReport, Invariant
 from labs.chaos.checker import clobbered
 from labs.chaos.holds import HOLD_POINT, Crossing, Holds, install, read_history
-from labs.lab import Lab
 from labs.scenes import ch90
 from teamdesk import probes
+from tests.labs.chaos_runs import chaos_run, cx_run
 
 
 def _c(t: float, kind: str, execution: str, task: str = "T1") -> Crossing:
@@ -76,25 +76,9 @@ def test_a_run_that_struck_no_running_work_says_inconclusive():
     assert report.verdict().startswith("inconclusive (no lease was lost)")
 
 
-async def _run(config, name: str, settings) -> ChaosReport:
-    async with Lab.open(name, settings=settings, seed=False, private_redis=True) as lab:
-        return await run_chaos(lab.settings, config, out=lambda line: None,
-                               keep_logs=False, redis=private_restarter(lab.private_redis))
-
-
-async def _cx_run(name: str, settings) -> ChaosReport:
-    """The counterexample's run as the notebook makes it (`ch90.counterexample_run`)."""
-    lab = await Lab.open(name, settings=settings, seed=False, private_redis=True)
-    try:
-        lab, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG, settings=settings)
-        return report
-    finally:
-        await lab.close(check=False)
-
-
 @pytest.fixture(scope="module")
 async def product_run(service_settings) -> ChaosReport:
-    return await _run(ch90.CONFIG, "inflight", service_settings)
+    return await chaos_run(ch90.CONFIG, "inflight", service_settings)
 
 
 async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(product_run):
@@ -111,7 +95,7 @@ async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(
 async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(service_settings):
     """P3, P5, W2: with the export's writes by `task_id + run`, the frozen E1, woken after
     E2 took its export over, writes its CSV over E2's — and the checker names it."""
-    r = await _cx_run("inflight-cx", service_settings)
+    r = await cx_run("inflight-cx", service_settings)
     named = ch90.clobbered_ids(r)
     assert named, r.violations
     assert all(v.invariant is not Invariant.CSV for v in r.violations)  # same lines

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from labs.chaos import ChaosReport, private_restarter, run_chaos
-from labs.lab import Lab
+from labs.chaos import ChaosReport
 from labs.scenes import ch90
+from tests.labs.chaos_runs import chaos_run, cx_run
 from tests.labs.test_exercises import NOTEBOOKS, _assigned
 
 NOTEBOOK = "90-chaos.ipynb"
@@ -33,27 +33,11 @@ def _defined(tag: str, name: str):
     raise AssertionError(f"{NOTEBOOK}: no cell tagged {tag!r} defines {name}")
 
 
-async def _run(config, name: str, settings) -> ChaosReport:
-    async with Lab.open(name, settings=settings, seed=False, private_redis=True) as lab:
-        return await run_chaos(lab.settings, config, out=lambda line: None,
-                               keep_logs=False, redis=private_restarter(lab.private_redis))
-
-
-async def _cx_run(name: str, settings) -> ChaosReport:
-    """The counterexample's run as the notebook makes it (`ch90.counterexample_run`)."""
-    lab = await Lab.open(name, settings=settings, seed=False, private_redis=True)
-    try:
-        lab, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG, settings=settings)
-        return report
-    finally:
-        await lab.close(check=False)
-
-
 @pytest.fixture(scope="module")
 async def runs(service_settings) -> tuple[ChaosReport, ChaosReport]:
     """The notebook's two real runs: the product's and the lease-less export's."""
-    return (await _run(ch90.CONFIG, "ex90", service_settings),
-            await _cx_run("ex90-cx", service_settings))
+    return (await chaos_run(ch90.CONFIG, "ex90", service_settings),
+            await cx_run("ex90-cx", service_settings))
 
 
 async def test_90_invariant_judge_rejects_the_starter_and_accepts_the_solution(runs):
