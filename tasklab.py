@@ -2,8 +2,8 @@
 """Bootstrap for a fresh machine with only Python 3.11+: the README's two commands.
 
     python3 tasklab.py lab    # set up .venv, start PostgreSQL + Redis, open JupyterLab
-    python3 tasklab.py test   # set up .venv, run ruff, lint-imports and every test (unit,
-                              # integration, notebooks)
+    python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration,
+                              # notebooks, the import contracts), in parallel
     python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
 
 Standard library only. The virtual environment lives in `.venv/`, built with the Python
@@ -30,6 +30,10 @@ BIN = VENV / "bin"
 STAMP = VENV / ".tasklab-installed"
 CONSTRAINTS = ROOT / "constraints.txt"
 
+#: Workers of the whole suite's run (see cmd_test).
+WORKERS = int(os.environ.get("TASKLAB_TEST_WORKERS", "4"))
+#: Every run reports its 15 slowest tests.
+REPORT_ARGS = ["--durations=15"]
 #: Notebook runs: cell timeout (nbval's default is 2000 s) and what to sanitize.
 NBVAL_ARGS = ["--nbval", "--nbval-cell-timeout=120",
               "--nbval-sanitize-with", str(ROOT / "notebooks" / "sanitize.cfg")]
@@ -73,14 +77,18 @@ def cmd_test(extra: list[str]) -> int:
     _say("ruff check …")
     if run([str(BIN / "ruff"), "check", "."]) != 0:
         return 1
-    # The three rooms and "no cycles" ([tool.importlinter] in pyproject.toml).
-    _say("lint-imports …")
-    if run([str(BIN / "lint-imports"), "--no-cache"]) != 0:
-        return 1
-    targets = extra or ["tests", "notebooks"]
+    # The whole suite runs on WORKERS pytest-xdist workers, each with servers of its own
+    # (conftest.py; units of work: tests/parallel.py): it mostly waits on servers, kernels
+    # and worker processes, so more workers than cores keep both cores busy. The import
+    # contracts (lint-imports) are a test of the suite (tests/unit/test_layers.py). A part
+    # of the suite (arguments given) runs in this one process unless `-n` is among them.
+    targets = extra or ["tests", "notebooks", "-n", str(WORKERS)]
     _say(f"pytest {' '.join(targets)} …")
     nb = NBVAL_ARGS if any("notebooks" in t for t in targets) else []
-    return run([str(BIN / "python"), "-m", "pytest", *nb, *targets])
+    started = time.monotonic()
+    code = run([str(BIN / "python"), "-m", "pytest", *nb, *REPORT_ARGS, *targets])
+    _say(f"pytest finished in {time.monotonic() - started:.0f} s (exit {code})")
+    return code
 
 
 def cmd_regen(names: list[str]) -> int:

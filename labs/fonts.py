@@ -46,14 +46,23 @@ def cjk_families() -> tuple[str, ...]:
 
 
 class _RegularOnly(logging.Filter):
-    """The bundled font has one weight: matplotlib draws bold Chinese in it at 400 and says
-    so ("findfont: Failed to find font weight bold for …") on every bold label, a line a
-    learner would read as an error. That one line is dropped; any other stays."""
+    """The bundled font has one weight, and so have common system CJK fonts (WenQuanYi
+    Micro Hei, Droid Sans Fallback): matplotlib draws bold Chinese in them at their one
+    weight and says so ("findfont: Failed to find font weight bold for …") on every bold
+    label, a line a learner would read as an error. That line is dropped for the CJK
+    fallbacks in force (`families`); any other stays."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.families: frozenset[str] = frozenset()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not (text.startswith("findfont: Failed to find font weight")
-                    and BUNDLED_FAMILY in text)
+        if not (isinstance(record.msg, str)
+                and record.msg.startswith("findfont: Failed to find font weight")):
+            return True
+        # matplotlib's arguments: (weight asked for, family found, weight used).
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (len(args) == 3 and args[1] in self.families)
 
 
 _FILTER = _RegularOnly()
@@ -66,6 +75,7 @@ def use_cjk() -> list[str]:
     import matplotlib
 
     logger = logging.getLogger("matplotlib.font_manager")
+    _FILTER.families = frozenset(cjk_families())
     if _FILTER not in logger.filters:
         logger.addFilter(_FILTER)
     rc = matplotlib.rcParams

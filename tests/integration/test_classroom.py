@@ -96,5 +96,6 @@ def test_three_labs_at_once_on_one_shared_server_set(service_settings: Settings,
     print(f"\npeak PostgreSQL connections per lab: {sorted(watch.peak.values())}")
     assert len(watch.peak) >= len(NOTEBOOKS), "the labs did not run side by side"
     assert max(watch.peak.values()) <= CONNECTIONS_PER_LEARNER, watch.peak
-    assert _lab_databases(urls["DATABASE_URL"]) == databases_before
-    assert _lab_prefixes(urls["REDIS_URL"]) == prefixes_before
+    # Nothing of theirs is left (another lab of this server set may finish meanwhile).
+    assert _lab_databases(urls["DATABASE_URL"]) <= databases_before
+    assert _lab_prefixes(urls["REDIS_URL"]) <= prefixes_before

@@ -10,8 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from devkit import services
+from labs.chaos import ChaosReport
 from labs.lab import Lab
+from labs.scenes import ch90
 from teamdesk.config import Settings
+from tests.labs.chaos_runs import chaos_run, cx_run
 
 
 @pytest.fixture
@@ -41,3 +44,12 @@ async def own_redis(tmp_path, service_settings: Settings) -> AsyncIterator[tuple
         yield root, service_settings.replace(redis_url=services.redis_url_for(root, port))
     finally:
         await asyncio.to_thread(services.stop_redis, root)
+
+
+@pytest.fixture(scope="session")
+async def chaos_90_runs(service_settings: Settings) -> tuple[ChaosReport, ChaosReport]:
+    """Notebook 90's two real runs, made once for every test that reads them (they are
+    one unit of work under pytest-xdist: tests/parallel.py): the product's and the
+    lease-less export's."""
+    return (await chaos_run(ch90.CONFIG, "inflight", service_settings),
+            await cx_run("inflight-cx", service_settings))

@@ -17,7 +17,6 @@ from labs.chaos.checker import clobbered
 from labs.chaos.holds import HOLD_POINT, Crossing, Holds, install, read_history
 from labs.scenes import ch90
 from teamdesk import probes
-from tests.labs.chaos_runs import chaos_run, cx_run
 
 
 def _c(t: float, kind: str, execution: str, task: str = "T1") -> Crossing:
@@ -76,15 +75,10 @@ def test_a_run_that_struck_no_running_work_says_inconclusive():
     assert report.verdict().startswith("inconclusive (no lease was lost)")
 
 
-@pytest.fixture(scope="module")
-async def product_run(service_settings) -> ChaosReport:
-    return await chaos_run(ch90.CONFIG, "inflight", service_settings)
-
-
-async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(product_run):
+async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(chaos_90_runs):
     """P3, P6, D6: ≥ 3 faults struck an export its worker held RUNNING, the queue saw
     stalls, executors met LeaseLost, and still no invariant broke (no clobber either)."""
-    r = product_run
+    r = chaos_90_runs[0]
     assert r.conclusive and r.stalls > 0, (r.verdict(), r.strike_rows(), r.notes)
     assert r.settled and r.violations == [], r.violations
     assert all(s.task_id for s in r.strikes if s.on_running)
@@ -92,10 +86,10 @@ async def test_the_notebooks_run_strikes_running_work_and_keeps_every_invariant(
     assert {c.kind for c in r.history} == {"claim", "result"}
 
 
-async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(service_settings):
+async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(chaos_90_runs):
     """P3, P5, W2: with the export's writes by `task_id + run`, the frozen E1, woken after
     E2 took its export over, writes its CSV over E2's — and the checker names it."""
-    r = await cx_run("inflight-cx", service_settings)
+    r = chaos_90_runs[1]
     named = ch90.clobbered_ids(r)
     assert named, r.violations
     assert all(v.invariant is not Invariant.CSV for v in r.violations)  # same lines

@@ -8,11 +8,7 @@ from __future__ import annotations
 import ast
 import json
 
-import pytest
-
-from labs.chaos import ChaosReport
 from labs.scenes import ch90
-from tests.labs.chaos_runs import chaos_run, cx_run
 from tests.labs.test_exercises import NOTEBOOKS, _assigned
 
 NOTEBOOK = "90-chaos.ipynb"
@@ -33,19 +29,12 @@ def _defined(tag: str, name: str):
     raise AssertionError(f"{NOTEBOOK}: no cell tagged {tag!r} defines {name}")
 
 
-@pytest.fixture(scope="module")
-async def runs(service_settings) -> tuple[ChaosReport, ChaosReport]:
-    """The notebook's two real runs: the product's and the lease-less export's."""
-    return (await chaos_run(ch90.CONFIG, "ex90", service_settings),
-            await cx_run("ex90-cx", service_settings))
-
-
-async def test_90_invariant_judge_rejects_the_starter_and_accepts_the_solution(runs):
+async def test_90_invariant_judge_rejects_the_starter_and_accepts_the_solution(chaos_90_runs):
     """P3, P5, W2: the learner's invariant runs on both real runs. The starter (names
     nothing) misses the clobber; "claimed more than once" names the product's takeovers;
     the hidden solution names nothing on the product's run and exactly the clobbered
     task(s) on the counterexample's."""
-    clean, cx = runs
+    clean, cx = chaos_90_runs
     assert clean.conclusive and ch90.clobbered_ids(cx), (clean.verdict(), cx.violations)
     starter, starter_text = _defined("exercise", "my_invariant")
     solution, _ = _defined("solution", "solution_invariant")

@@ -106,12 +106,71 @@ def test_the_swimlane_legend_speaks_the_editions_language(rc, monkeypatch):
     assert ax.get_title() == "历史：1 步"
 
 
+def _bold_chinese_warnings(caplog) -> list[str]:
+    fig = Figure(figsize=(3, 1), dpi=40)
+    fig.subplots().set_title("胜出的提交", fontweight="bold")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="matplotlib.font_manager"):
+        fig.savefig(io.BytesIO(), format="png")
+    return [r.getMessage() for r in caplog.records
+            if "Failed to find font weight" in r.getMessage()]
+
+
 def test_bold_chinese_says_nothing_about_the_missing_weight(rc, caplog):
     """The bundled font has one weight; a bold label must not log a warning a learner
     would take for an error."""
     fonts.use_cjk()
-    fig = Figure(figsize=(3, 1), dpi=40)
-    fig.subplots().set_title("胜出的提交", fontweight="bold")
-    with caplog.at_level("WARNING", logger="matplotlib.font_manager"):
-        fig.savefig(io.BytesIO(), format="png")
-    assert not [r for r in caplog.records if "Failed to find font weight" in r.getMessage()]
+    assert _bold_chinese_warnings(caplog) == []
+
+
+@pytest.fixture
+def one_weight_system_font(tmp_path):
+    """A machine whose CJK font has one weight, like Debian's fonts-wqy-microhei: the
+    bundled font renamed "WenQuanYi Micro Hei" in a temporary font folder, registered
+    with matplotlib for this test only (nothing installed)."""
+    from matplotlib import font_manager
+
+    font = TTFont(fonts.BUNDLED)
+    for record in font["name"].names:
+        if record.nameID in (1, 4, 16):
+            record.string = "WenQuanYi Micro Hei"
+        elif record.nameID == 6:
+            record.string = "WenQuanYiMicroHei"
+    path = tmp_path / "fonts" / "wqy-microhei.ttf"
+    path.parent.mkdir()
+    font.save(path)
+    manager = font_manager.fontManager
+    before = list(manager.ttflist)
+    manager.addfont(str(path))
+    fonts.cjk_families.cache_clear()
+    try:
+        yield "WenQuanYi Micro Hei"
+    finally:
+        manager.ttflist = before
+        manager._findfont_cached.cache_clear()
+        fonts.cjk_families.cache_clear()
+
+
+def test_a_one_weight_system_font_draws_bold_chinese_without_a_warning(
+        rc, caplog, one_weight_system_font):
+    """With a one-weight system CJK font first in line, bold Chinese is drawn at its one
+    weight and nothing is logged; the check bites: without the lab's filter matplotlib
+    says "Failed to find font weight bold for WenQuanYi Micro Hei"."""
+    import logging
+
+    order = fonts.use_cjk()
+    assert order[1] == one_weight_system_font, order
+    assert _bold_chinese_warnings(caplog) == []
+    logger = logging.getLogger("matplotlib.font_manager")
+    filters = list(logger.filters)
+    for f in filters:
+        logger.removeFilter(f)
+    try:
+        from matplotlib import font_manager
+
+        font_manager.fontManager._findfont_cached.cache_clear()
+        said = _bold_chinese_warnings(caplog)
+    finally:
+        for f in filters:
+            logger.addFilter(f)
+    assert any(one_weight_system_font in m for m in said), said
