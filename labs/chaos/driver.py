@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from labs.chaos.checker import completed_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.guards import RedisRestart
-from labs.chaos.holds import Held, Holds
+from labs.chaos.holds import Held, Holds, read_history
 from labs.chaos.plan import Spec
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
@@ -59,6 +59,8 @@ class Driver:
         #: The strike holds of the run's workers (`labs.chaos.holds`), and the workers
         #: armed or held for a fault right now (one fault at a time per worker).
         self.holds: Holds | None = None
+        #: Takeover races are staged one after another (`takeover`).
+        self._race = asyncio.Lock()
         self.holding: dict[int, Held | None] = {}
         #: The run's fault schedule (`run_chaos` sets it before the window opens).
         self.schedule: list[FaultEvent] = []
@@ -334,6 +336,69 @@ class Driver:
             after = strike.lease_after
             self.note(f"SIGCONT {w.name} (pid {w.pid}) after {self.now() - strike.at:.2f} s "
                       f"frozen" + (f"; its lease was {after}" if after else ""))
+
+    async def takeover(self, ev: FaultEvent) -> None:
+        """The takeover race staged by gates (ch. 26 §4), the same way every run: the
+        first worker to hold an export between two batches is frozen (E1) past its lock;
+        the executor that takes the task over (E2, another worker) is held between two
+        batches in its turn; E1 is released and woken, and E2 is released only once E1's
+        late result write has landed in the history. Each wait is bounded and only
+        detects a step that never came (then the strike says so). A lease-less export
+        clobbers here every time (P3, P5); the product's meets LeaseLost (P6)."""
+        async with self._race:  # one race at a time: its gates arm every other worker
+            await self._takeover(ev)
+
+    async def _takeover(self, ev: FaultEvent) -> None:
+        free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
+        async with self._holding(ev, free) as held:
+            if held is None:
+                self.report.skipped[ev.kind] += 1
+                self.note(f"{ev.kind} skipped: no export held within the bound")
+                return
+            a = next(i for i, w in enumerate(self.procs) if w.name == held.worker)
+            async with self.locks[a]:
+                await self._stage_takeover(ev, held, self.procs[a])
+        self.report.executed[ev.kind] += 1
+
+    async def _stage_takeover(self, ev: FaultEvent, held: Held, w: WorkerProc) -> None:
+        assert self.holds is not None
+        strike = await self._strike(ev, w.name, held)
+        others = [p for p in self.procs if p is not w and p.alive]
+        tokens = {p.name: self.holds.arm(p.name, held.task_id) for p in others}
+        w.send(signal.SIGSTOP)
+        self.note(f"SIGSTOP {w.name} (E1), {self._what(held, strike)}")
+        e2: Held | None = None
+        try:
+            e2 = await self.holds.reached(list(tokens), tokens, ev.hold + 8.0)
+            strike.lease_after = "taken over" if e2 is not None else "kept"
+            self.note(f"E2 {e2.execution_id[:8]} on {e2.worker} took {held.task_id} over, "
+                      "held between two batches" if e2 else
+                      f"nobody took {held.task_id} over within the bound")
+            self._let_go(held)
+            w.send(signal.SIGCONT)
+            landed = await self._result_of(held, ev.hold + 8.0)
+            self.note(f"SIGCONT {w.name}: E1's late result {'landed' if landed else 'never landed'}"
+                      f" after {self.now() - strike.at:.2f} s; E2 released")
+        finally:
+            w.send(signal.SIGCONT)
+            for name, token in tokens.items():
+                self.holds.disarm(name, token)
+                self.holds.release(name, token)
+        if e2 is not None:  # the race is over when E2 has written too: the next takes a new one
+            await self._result_of(e2, ev.hold + 8.0)
+        self.report.timeline.append((strike.at, self.now(), w.name, ev.kind))
+
+    async def _result_of(self, held: Held, timeout: float) -> bool:
+        """Wait (bounded) until the history records a result of `held`'s execution (a
+        result crossing comes after its write, fenced or not)."""
+        assert self.holds is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(c.kind == "result" and c.execution_id == held.execution_id
+                   and c.task_id == held.task_id for c in read_history(self.holds.folder)):
+                return True
+            await asyncio.sleep(0.05)  # poll interval of another process's file
+        return False
 
     @contextlib.asynccontextmanager
     async def _process_fault(self, ev: FaultEvent) -> AsyncIterator[WorkerProc | None]:

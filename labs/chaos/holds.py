@@ -16,9 +16,10 @@ the product's `teamdesk worker` starts, through the product's probe API
   claimed a task when, which one wrote its result);
 - at `export.after_read` — a batch read, before its progress write, where the book's
   takeover test pauses A (ch. 26 §4) — while `<name>.arm` holds a token this worker has
-  not held for yet, it writes `<name>.reached` (the token and the probe context: task,
-  run, execution id) and waits until `<name>.release` holds that token. Its lock is still
-  renewed meanwhile: a held export is RUNNING, not stalled, until a fault strikes it.
+  not held for yet (and, when the arm names a task, for that task only), it writes
+  `<name>.reached` (the token and the probe context: task, run, execution id) and waits
+  until `<name>.release` holds that token. Its lock is still renewed meanwhile: a held
+  export is RUNNING, not stalled, until a fault strikes it.
 
 **Driver side** (`Holds`): `arm(name)` → token, `await reached(name, token, timeout)` →
 the held `Held` or None, `release(name, token)`, `disarm(name, token)` (which also
@@ -124,16 +125,20 @@ def install(folder: Path, name: str) -> Callable[[], None]:
             return
         if point != HOLD_POINT:
             return
-        token = _read(arm)
-        if token is None or token in held:
+        armed = _read(arm)
+        token, task = (armed.get("token"), armed.get("task_id")) if isinstance(armed, dict) \
+            else (armed, None)
+        if token is None or token in held or task not in (None, ctx["task_id"]):
             return
         before = _read(reached)
         if before is not None and before.get("token") == token:
             return  # an earlier start of this worker held for it already
         held.add(token)
         _write(reached, {"token": token, **ctx})
-        # The release comes from another process: a file poll is the sync point.
-        while _read(release) != token:  # noqa: ASYNC110
+        # The release comes from another process: a file poll is the sync point. Tokens
+        # only grow, and the file keeps the newest release: a later token released (the
+        # next fault's arm and disarm, within one poll) releases this one too.
+        while not isinstance(done := _read(release), int) or done < token:  # noqa: ASYNC110
             await asyncio.sleep(POLL_S)
 
     return probes.install(probe)
@@ -153,10 +158,12 @@ class Holds:
     def _path(self, name: str, what: str) -> Path:
         return self.folder / f"{name}.{what}"
 
-    def arm(self, name: str) -> int:
-        """Ask worker `name` to hold its next export between two batches; the token."""
+    def arm(self, name: str, task_id: str | None = None) -> int:
+        """Ask worker `name` to hold its next export between two batches — of `task_id`
+        only, when given (an executor that took that task over); the token."""
         self._tokens += 1
-        _write(self._path(name, "arm"), self._tokens)
+        _write(self._path(name, "arm"),
+               self._tokens if task_id is None else {"token": self._tokens, "task_id": task_id})
         return self._tokens
 
     def held(self, name: str, token: int) -> Held | None:
@@ -181,13 +188,18 @@ class Holds:
             await asyncio.sleep(POLL_S)  # poll interval of another process's state
 
     def release(self, name: str, token: int) -> None:
-        """Let `name`'s held export go on (idempotent)."""
-        _write(self._path(name, "release"), token)
+        """Let `name`'s held export go on (idempotent): a worker held for `token` or an
+        earlier one goes on, so a newer release never undoes an older one."""
+        path = self._path(name, "release")
+        done = _read(path)
+        if not isinstance(done, int) or done < token:
+            _write(path, token)
 
     def disarm(self, name: str, token: int) -> None:
         """No more holding for `token`; a hold that came anyway is released."""
         with contextlib.suppress(FileNotFoundError):
-            if _read(self._path(name, "arm")) == token:
+            armed = _read(self._path(name, "arm"))
+            if (armed.get("token") if isinstance(armed, dict) else armed) == token:
                 self._path(name, "arm").unlink()
         if self.held(name, token) is not None:
             self.release(name, token)

@@ -9,9 +9,9 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-#: Whom a fault strikes: one worker process, one worker's Redis link, or the Redis server
-#: every worker uses.
-Target = Literal["process", "link", "server"]
+#: Whom a fault strikes: one worker process, one worker's Redis link, the Redis server
+#: every worker uses, or whichever worker holds an export first.
+Target = Literal["process", "link", "server", "any"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class FaultKind:
     #: Bounds (seconds) of its hold, drawn uniformly: the pause before a restart, the
     #: downtime, how long a link stays cut or a worker frozen.
     hold: tuple[float, float]
-    #: Whom it strikes; a `server` fault has no worker and never overlaps another.
+    #: Whom it strikes; a `server` fault has no worker and never overlaps another, an
+    #: `any` fault has no worker of its own (the first to hold an export).
     target: Target
     #: What a strike does, as the printed schedule says it (followed by the hold).
     action: str
@@ -63,10 +64,16 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
               "freeze a worker for longer than its 1 s lock, then SIGCONT: its job "
               "stalls, another worker may take it over, and the frozen executor's late "
               "writes must match nothing (P3, P6)", "#9467bd", True, default=False),
+    FaultKind("takeover", 1, (1.5, 2.5), "any", "SIGSTOP, hand over, SIGCONT within",
+              "the takeover race staged by gates, on whichever worker holds an export "
+              "first: freeze it (E1) past its lock, hold the executor that takes the "
+              "task over (E2) between two batches, wake E1 and release E2 only once "
+              "E1's late write has landed (the hold is only a bound): every run stages "
+              "the race the same way (P3, P5, P6)", "#8c564b", True, default=False),
 )}
 #: The default fault kinds (the benchmark's figures were measured with these).
 KINDS: tuple[str, ...] = tuple(k for k, kind in FAULT_KINDS.items() if kind.default)
-#: Every kind; the opt-in ones (`sigstop`) come after the defaults.
+#: Every kind; the opt-in ones (`sigstop`, `takeover`) come after the defaults.
 ALL_KINDS: tuple[str, ...] = (*KINDS, *(k for k, kind in FAULT_KINDS.items()
                                        if not kind.default))
 #: The kinds that break a worker's Redis while they last.

@@ -18,7 +18,8 @@ class FaultEvent:
     at: float
     #: Its kind, a key of `FAULT_KINDS`.
     kind: str
-    #: Worker index for a process or link fault; None for a server fault (redis).
+    #: Worker index for a process or link fault; None for a server fault (redis) or
+    #: one that strikes whichever worker holds an export first (takeover).
     worker: int | None
     #: sigkill/sigterm: pause before the restart; redis: downtime; cut: how long cut;
     #: sigstop: how long frozen.
@@ -26,7 +27,8 @@ class FaultEvent:
 
     def describe(self) -> str:
         """The schedule's printed line for this fault."""
-        who = f"w{self.worker + 1}" if self.worker is not None else "redis"
+        who = (f"w{self.worker + 1}" if self.worker is not None else
+               "any" if FAULT_KINDS[self.kind].target == "any" else "redis")
         return (f"+{self.at:6.2f} s  {self.kind:7s} {who:5s} "
                 f"{FAULT_KINDS[self.kind].action} {self.hold:.2f} s")
 
@@ -60,6 +62,8 @@ def make_schedule(seed: int, workers: int, duration: float,
             hold = kill.draw_hold(rng)
             events.append(FaultEvent(round(t, 2), kill.name, rng.randrange(workers), hold))
         elif kind.target != "server":
-            events.append(FaultEvent(round(t, 2), kind.name, rng.randrange(workers), hold))
+            worker = rng.randrange(workers)  # drawn for every kind: the same generator
+            events.append(FaultEvent(round(t, 2), kind.name,
+                                     None if kind.target == "any" else worker, hold))
         t += rng.expovariate(1 / 1.2) + 0.1
     return events

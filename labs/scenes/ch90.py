@@ -26,9 +26,10 @@ __all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "clobbered_ids"
 CONFIG = ChaosConfig(seed=18, workers=2, tasks=60, duration=6.0, upfront=0.2, waves=6,
                      kinds=("sigkill", "sigstop", "redis", "cut"), settle=30.0,
                      export_tickets=200)
-#: The counterexample's run: the same seed, one SIGSTOP on a held export in a shorter
-#: window (one takeover is all it needs), the export's writes by `task_id + run`.
-CX_CONFIG = dataclasses.replace(CONFIG, tasks=24, duration=2.0, waves=3, kinds=("sigstop",),
+#: The counterexample's run: the same seed, one takeover race staged by gates on the first
+#: export held (E1 frozen, E2 held until E1's late write lands: the same race every run),
+#: the export's writes by `task_id + run`.
+CX_CONFIG = dataclasses.replace(CONFIG, tasks=12, duration=1.0, waves=2, kinds=("takeover",),
                                 counterexample="lease-less-export")
 
 #: What a learner's invariant is: (ledger rows, history) → ids of the tasks it names.
@@ -41,30 +42,18 @@ def clobbered_ids(report: ChaosReport) -> set[str]:
             if v.invariant is Invariant.CLOBBER and v.task_id}
 
 
-async def counterexample_run(lab: Any, config: ChaosConfig, *, tries: int = 3,
-                             settings: Any = None) -> tuple[Any, ChaosReport, list[str]]:
-    """The counterexample's chaos run, until its SIGSTOP landed where the clobber happens:
-    the frozen executor's lease taken over while it sleeps, its late write then over the
-    newer one (P3, P5, W2). Whether the one strike of a 2 s window finds that moment
-    depends on the machine's timing, and a run where it did not stage the clobber shows
-    nothing; such a run is repeated with the next seed in a fresh world (a chaos run
-    owns its world), at
-    most `tries` times (`settings` as the first world was opened with). Returns the
-    world, the report and the run's lines."""
+async def counterexample_run(lab: Any, config: ChaosConfig
+                             ) -> tuple[Any, ChaosReport, list[str]]:
+    """The counterexample's chaos run: its one fault stages the takeover race by gates
+    (kind `takeover`): E1 frozen past its lock, E2 held once it took the task over, E1's
+    late write landed over E2's lease before E2 goes on — the clobber every run
+    (P3, P5, W2). Returns the world, the report and the run's lines."""
     from labs.chaos import private_restarter
-    from labs.lab import Lab
 
-    for attempt in range(1, tries + 1):
-        lines: list[str] = []
-        # The next seed on a retry: the same schedule would strike the same moment again.
-        tried = dataclasses.replace(config, seed=config.seed + attempt - 1)
-        report = await run_chaos(lab.settings, tried, out=lines.append, keep_logs=False,
-                                 redis=private_restarter(lab.private_redis))
-        if clobbered_ids(report) or attempt == tries:
-            return lab, report, lines
-        await lab.close(check=False)
-        lab = await Lab.open(lab.name, settings=settings, seed=False, private_redis=True)
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns
+    lines: list[str] = []
+    report = await run_chaos(lab.settings, config, out=lines.append, keep_logs=False,
+                             redis=private_restarter(lab.private_redis))
+    return lab, report, lines
 
 
 def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> bool | str:

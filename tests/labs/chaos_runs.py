@@ -19,7 +19,7 @@ async def cx_run(name: str, settings) -> ChaosReport:
     """The counterexample's run as the notebook makes it (`ch90.counterexample_run`)."""
     lab = await Lab.open(name, settings=settings, seed=False, private_redis=True)
     try:
-        lab, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG, settings=settings)
+        lab, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG)
         return report
     finally:
         await lab.close(check=False)

@@ -106,10 +106,10 @@ def test_every_fault_kind_is_declared_once_and_has_its_driver_method():
         assert kind.name == name and kind.weight > 0, name
         assert 0 < kind.hold[0] <= kind.hold[1], name
         assert kind.action and kind.description and kind.colour.startswith("#"), name
-        assert kind.target in ("process", "link", "server"), name
+        assert kind.target in ("process", "link", "server", "any"), name
         assert callable(getattr(Driver, name, None)), f"Driver has no method {name}"
         assert (name in KINDS) == kind.default, name
-    assert BREAKS_REDIS == {"redis", "cut", "sigstop"}
+    assert BREAKS_REDIS == {"redis", "cut", "sigstop", "takeover"}
     assert len({k.colour for k in FAULT_KINDS.values()}) == len(FAULT_KINDS)
     with pytest.raises(ValueError, match="unknown fault kinds"):
         make_schedule(1, 2, 10.0, ("sigkill", "nope"))

@@ -66,7 +66,8 @@ def test_the_bundled_font_alone_draws_what_a_machine_without_cjk_fonts_needs(rc)
 def test_the_bundled_font_has_every_chinese_character_the_lab_writes():
     """Re-run scripts/build_cjk_font.py when this fails: a new character in labs/ would
     be a box in a figure on a machine without CJK fonts."""
-    cmap = TTFont(fonts.BUNDLED, lazy=True).getBestCmap()
+    with TTFont(fonts.BUNDLED, lazy=True) as font:
+        cmap = font.getBestCmap()
     used = {c for path in (ROOT / "labs").rglob("*.py")
             for c in HAN.findall(path.read_text(encoding="utf-8"))}
     missing = sorted(c for c in used if ord(c) not in cmap)
@@ -130,15 +131,15 @@ def one_weight_system_font(tmp_path):
     with matplotlib for this test only (nothing installed)."""
     from matplotlib import font_manager
 
-    font = TTFont(fonts.BUNDLED)
-    for record in font["name"].names:
-        if record.nameID in (1, 4, 16):
-            record.string = "WenQuanYi Micro Hei"
-        elif record.nameID == 6:
-            record.string = "WenQuanYiMicroHei"
     path = tmp_path / "fonts" / "wqy-microhei.ttf"
     path.parent.mkdir()
-    font.save(path)
+    with TTFont(fonts.BUNDLED) as font:
+        for record in font["name"].names:
+            if record.nameID in (1, 4, 16):
+                record.string = "WenQuanYi Micro Hei"
+            elif record.nameID == 6:
+                record.string = "WenQuanYiMicroHei"
+        font.save(path)
     manager = font_manager.fontManager
     before = list(manager.ttflist)
     manager.addfont(str(path))
