@@ -1,17 +1,17 @@
 """A seeded chaos run: real worker processes, real faults, then invariants over the ledger.
 
     .venv/bin/python -m benchmarks.chaos --seed S --workers K --tasks M --duration D
-                                         [--kinds sigkill,sigterm,redis,cut[,sigstop]]
+                                         [--kinds sigkill,sigterm,redis,cut[,sigstop,takeover]]
                                          [--settle 90]
                                          [--dry-run]
 
 K `teamdesk worker` subprocesses work on M tasks created through the product's services
 while a seeded schedule of faults strikes (`sigkill`, `sigterm`, `redis`, `cut`, and the
-opt-in `sigstop`); then the invariants are checked over the ledger. Same arguments, same
-schedule (`--dry-run` prints it and stops). Exit 0, or 1 on any violation (2: refused or
-bad arguments). Here `redis` restarts a Redis server of the run's own (started for it,
-removed after it), never the embedded one that an open lab or the test suite uses, and
-with REDIS_URL set as well. The world and the invariants are described in
+opt-in `sigstop` and `takeover`); then the invariants are checked over the ledger. Same
+arguments, same schedule (`--dry-run` prints it and stops). Exit 0, or 1 on any violation
+(2: refused or bad arguments). Here `redis` restarts a Redis server of the run's own
+(started for it, removed after it), never the embedded one that an open lab or the test
+suite uses, and with REDIS_URL set as well. The world and the invariants are described in
 `labs/chaos/__init__.py`, the kinds in `labs/chaos/kinds.py` (one table).
 
 The run itself (schedule, plan, invariant checker) is `labs.chaos`, shared with

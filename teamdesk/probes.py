@@ -117,7 +117,10 @@ def install_hold_from_env(environ: dict[str, str] | None = None) -> Callable[[],
         # Tiny local file operations; the release comes from another process, so a file
         # poll is the sync point here (no Event can cross the process boundary).
         root.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
-        (root / "reached").write_text(json.dumps(context, default=str))
+        # Whole or not at all: the other process polls for this file and reads it.
+        tmp = root / "reached.tmp"
+        tmp.write_text(json.dumps(context, default=str))
+        os.replace(tmp, root / "reached")
         while not (root / "release").exists():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 

@@ -18,7 +18,8 @@ One concept per module:
 
 - `kinds`    — the fault kinds, each declared once (`FAULT_KINDS`: weight, hold, target,
   printed action, description, colour, whether it breaks a worker's Redis); `KINDS`
-  (the defaults: sigkill, sigterm, redis, cut) and `ALL_KINDS` (+ the opt-in sigstop);
+  (the defaults: sigkill, sigterm, redis, cut) and `ALL_KINDS` (+ the opt-in sigstop, and
+  takeover: the takeover race staged by gates, notebook 90's counterexample);
 - `schedule` — `make_schedule`: the faults, a pure function of (seed, K, D, kinds), printed
   before the run (`--dry-run` prints it and stops);
 - `plan`     — `make_plan`: the tasks the services will be asked for, from (seed, M);

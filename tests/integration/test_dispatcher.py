@@ -208,8 +208,9 @@ async def test_scan_order_limit_and_cutoff(settings, sessions, demo, queue):
     for key in sorted(ids, key=lambda k: (k[1] is not None, k[1] or far, k[0])):
         expected.append(ids[key])
     excluded = [
-        await _insert(sessions, dispatched_at=now - timedelta(seconds=10)),
-        await _insert(sessions, dispatched_at=now - timedelta(seconds=25)),  # not < cutoff
+        await _insert(sessions, dispatched_at=now - timedelta(seconds=5)),
+        # Not < cutoff, with 15 s to spare for the test's own inserts on a busy machine.
+        await _insert(sessions, dispatched_at=now - timedelta(seconds=15)),
         *[await _insert(sessions, status=s) for s in
           (TaskStatus.RUNNING, TaskStatus.COMPLETED, TaskStatus.FAILED)],
     ]

@@ -39,14 +39,21 @@ async def _run(kc, code: str) -> str:
     return msg_id
 
 
-async def _iopub(kc, seconds: float) -> list[dict]:
+async def _iopub(kc, seconds: float, until=lambda msgs: False) -> list[dict]:
+    """The kernel's messages for `seconds`, or until `until(messages)` holds (then the
+    bound only detects an update that never came)."""
     out, end = [], time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not until(out):
         try:
             out.append(await kc.get_iopub_msg(timeout=max(0.05, end - time.monotonic())))
         except (TimeoutError, queue.Empty):
             break
     return out
+
+
+def _completed(msgs: list[dict]) -> bool:
+    return any(m["msg_type"] == "update_display_data"
+               and "COMPLETED" in m["content"]["data"].get("text/plain", "") for m in msgs)
 
 
 @pytest.mark.integration
@@ -55,7 +62,7 @@ async def test_live_board_updates_in_place_and_stops_at_the_next_cell():
     try:
         await _run(kc, SETUP)
         shown = await _run(kc, SHOW)
-        msgs = await _iopub(kc, 4)
+        msgs = await _iopub(kc, 30, until=_completed)
         updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
         assert updates, "the board never updated while the worker finished the export"
         assert all(m["parent_header"]["msg_id"] == shown for m in updates)
