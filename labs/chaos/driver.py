@@ -344,7 +344,8 @@ class Driver:
         batches in its turn; E1 is released and woken, and E2 is released only once E1's
         late result write has landed in the history. Each wait is bounded and only
         detects a step that never came (then the strike says so). A lease-less export
-        clobbers here every time (P3, P5); the product's meets LeaseLost (P6)."""
+        clobbers here every time (P3, P5). The product's E1 meets LeaseLost instead (P6)
+        and writes no result, so E2 waits for the bound: the kind is for counterexamples."""
         async with self._race:  # one race at a time: its gates arm every other worker
             await self._takeover(ev)
 
