@@ -102,12 +102,17 @@ def start_postgres(root: Path, port: int) -> None:
                 shutil.chown(pwfile, _PG_USER_AS_ROOT, _PG_USER_AS_ROOT)
             _check([str(pg_bin("initdb")), "-D", str(pgdata), "--auth=scram-sha-256",
                     f"--pwfile={pwfile}", "-U", "postgres", "--encoding=UTF8",
+                    # The C locale, whatever LANG says: initdb refuses a LANG naming a
+                    # locale the machine has not generated (zh_CN.UTF-8 in many
+                    # containers), and sort order must not depend on the learner's
+                    # machine (the notebooks' stored outputs).
+                    "--no-locale",
                     # The server runs with fsync=off (below): a throwaway dev server, so
                     # initdb need not wait for the disk either.
                     "--no-sync", "--no-instructions"], "initdb")
     opts = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories='' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200")
+            "-c max_connections=200 -c timezone=UTC -c log_timezone=UTC")
     _check([str(pg_bin("pg_ctl")), "-D", str(pgdata), "-w", "-t", "60", "-l",
             str(pgdata / "server.log"), "-o", opts, "start"], "pg_ctl start",
            log=pgdata / "server.log")

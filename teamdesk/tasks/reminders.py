@@ -12,6 +12,7 @@ is why it is re-checked here, at commit.
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -59,7 +60,9 @@ async def run_reminder(ctx: TaskContext, conn: psycopg.AsyncConnection, job: Any
             summary = f"No reminder sent: {reason}."
         else:
             recipient = ticket.assignee_id or ticket.creator_id
-            due = ticket.due_at.isoformat() if ticket.due_at else "-"
+            # In UTC whatever the session's TimeZone: the message must not depend on the
+            # server a team happens to run (its default follows the machine's TZ).
+            due = ticket.due_at.astimezone(UTC).isoformat() if ticket.due_at else "-"
             # Notification, version bump and system event: `ctx.reminder_effects`, one
             # statement in the product (P10).
             await ctx.reminder_effects(

@@ -334,3 +334,27 @@ def test_stale_pid_files_are_not_trusted_nor_signalled(tmp_path, svc_root):
         for p in fakes:
             p.kill()
             p.wait()
+
+
+def test_a_locale_the_machine_lacks_neither_stops_the_servers_nor_orders_rows(svc_root):
+    """A learner's LANG may name a locale the machine never generated (zh_CN.UTF-8 in many
+    containers and WSL images): initdb would refuse it. The embedded cluster is made in
+    the C locale whatever LANG says, so it starts, and text sorts the same on every
+    machine (byte order: "B" before "a")."""
+    import psycopg
+
+    root = svc_root
+    up = _teamdesk(root, "services", "up", LANG="xx_XX.UTF-8", LC_ALL="xx_XX.UTF-8")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        state = json.loads((root / "services.json").read_text())
+        pw = (root / "pg_password").read_text().strip()
+        url = f"postgresql://postgres:{quote(pw, safe='')}@127.0.0.1:{state['pg_port']}/postgres"
+        with psycopg.connect(url) as conn:
+            collate = conn.execute("SELECT datcollate FROM pg_database "
+                                   "WHERE datname = 'postgres'").fetchone()[0]
+            order = [r[0] for r in conn.execute(
+                "SELECT x FROM (VALUES ('a'), ('B')) AS t(x) ORDER BY x")]
+        assert collate == "C" and order == ["B", "a"]
+    finally:
+        _teamdesk(root, "services", "down")

@@ -38,3 +38,27 @@ async def test_the_executor_writes_its_effects_through_the_contexts_step(setting
                       "message": calls[0]["message"]}]
     assert calls[0]["message"].startswith(f"Ticket #{ticket.id} 'Call back' is due")
     assert TaskContext(settings=settings).reminder_effects is write_reminder_effects
+
+
+async def test_the_message_gives_the_due_time_in_utc_whatever_the_servers_time_zone(
+        settings, sessions, demo):
+    """The reminder's text names the due time in UTC: a team whose PostgreSQL runs with
+    another TimeZone (its default follows the machine's TZ) gets the same message."""
+    import psycopg
+
+    due = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    calls: list[dict[str, Any]] = []
+
+    async def recording(conn: Any, **values: Any) -> None:
+        calls.append(values)
+        await write_reminder_effects(conn, **values)
+
+    async with sessions() as s:
+        _, reminder = await tickets.create_ticket(s, "acme", "eve", "Call back", due_at=due)
+    url = settings.database_url
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        db = (await (await conn.execute("SELECT current_database()")).fetchone())[0]
+        await conn.execute(f'ALTER DATABASE "{db}" SET timezone = \'America/St_Johns\'')
+    ctx = TaskContext(settings=settings, actor="A", reminder_effects=recording)
+    await process_task(FakeJob(reminder.id), None, ctx)
+    assert calls[0]["message"].endswith("is due (2026-03-01T09:30:00+00:00).")
