@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from benchmarks._procs import World, clear_prefix
 from devkit import services
+from labs.procs import World, clear_prefix
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY, dispatch_tasks, scan

@@ -72,8 +72,8 @@ import psutil
 from sqlalchemy import text
 
 from benchmarks._machine import machine_info
-from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from devkit import services
+from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from labs.timings import ONE_SCAN_02, PRODUCTION
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo

@@ -34,10 +34,10 @@ from pathlib import Path
 import psutil
 from sqlalchemy import text
 
-from benchmarks._procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from benchmarks.dispatch import _explain, _fill, timed_scans
 from benchmarks.pipeline import Progress, _counts, _insert_tasks, _prepare
 from devkit import services
+from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from labs.timings import TICK_02
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import dispatch_tasks

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from benchmarks._procs import wait_until, worker_env
+from labs.procs import wait_until, worker_env
 from labs.timings import FAST_WORKER
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
@@ -66,7 +66,7 @@ def procs():
 
 
 async def until(cond, timeout: float, what: str, proc: Proc | None = None):
-    """Poll another process's observable state (`benchmarks._procs.wait_until`); the bound
+    """Poll another process's observable state (`labs.procs.wait_until`); the bound
     only reports that it never came, with the process's log appended."""
     on_timeout = (lambda: f"--- {proc.name} log ---\n{proc.output()}") if proc else None
     return await wait_until(cond, timeout, what, on_timeout=on_timeout)
