@@ -50,11 +50,7 @@ class _RegularOnly(logging.Filter):
     Micro Hei, Droid Sans Fallback): matplotlib draws bold Chinese in them at their one
     weight and says so ("findfont: Failed to find font weight bold for …") on every bold
     label, a line a learner would read as an error. That line is dropped for the CJK
-    fallbacks in force (`families`); any other stays."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.families: frozenset[str] = frozenset()
+    fallbacks in force (`cjk_families()`); any other stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not (isinstance(record.msg, str)
@@ -62,7 +58,7 @@ class _RegularOnly(logging.Filter):
             return True
         # matplotlib's arguments: (weight asked for, family found, weight used).
         args = record.args if isinstance(record.args, tuple) else ()
-        return not (len(args) == 3 and args[1] in self.families)
+        return not (len(args) == 3 and args[1] in cjk_families())
 
 
 _FILTER = _RegularOnly()
@@ -75,7 +71,6 @@ def use_cjk() -> list[str]:
     import matplotlib
 
     logger = logging.getLogger("matplotlib.font_manager")
-    _FILTER.families = frozenset(cjk_families())
     if _FILTER not in logger.filters:
         logger.addFilter(_FILTER)
     rc = matplotlib.rcParams

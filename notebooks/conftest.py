@@ -32,9 +32,6 @@ from nbval.plugin import IPyNbCell, find_comment_markers, find_metadata_tags
 # `zh/` is executed through its English twin (above), `i18n/` holds catalogues.
 collect_ignore = ["zh", "i18n"]
 
-_LANG = "import os as _os; _os.environ[{key!r}] = {value!r}"
-
-
 def pytest_addoption(parser):
     parser.addoption("--nbval-no-rerun", action="store_true",
                      help="notebooks: nbval's single pass only (no second run of each cell, "
@@ -59,12 +56,13 @@ def _twins(path: Path) -> list[nbformat.NotebookNode]:
     return cells
 
 
-def _set_lang(item, value: str) -> None:
-    """Set TEAMDESK_LANG in the item's kernel (devkit.i18n reads it at each call)."""
+def _set_lang(item, value: str | None) -> None:
+    """Set TEAMDESK_LANG in the item's kernel (devkit.i18n reads it at each call), or
+    clear it (None)."""
+    code = (f"__import__('os').environ['TEAMDESK_LANG'] = {value!r}" if value else
+            "__import__('os').environ.pop('TEAMDESK_LANG', None)")
     kernel = item.parent.kernel
-    msg_id = kernel.execute_cell_input(_LANG.format(key="TEAMDESK_LANG", value=value),
-                                       allow_stdin=False)
-    kernel.await_idle(msg_id, 30)
+    kernel.await_idle(kernel.execute_cell_input(code, allow_stdin=False), 30)
 
 
 def _options(cell: nbformat.NotebookNode) -> defaultdict:
@@ -102,7 +100,7 @@ class ChineseRunAll(IPyNbCell):
                 _run_as(self, cell, f"Run All again, 中文 edition, code cell {k}")
         finally:
             self.cell_num = -1
-            _set_lang(self, "en")
+            _set_lang(self, None)
 
 
 def pytest_collection_modifyitems(config, items):

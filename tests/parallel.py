@@ -43,8 +43,8 @@ def scope_of(nodeid: str) -> str:
 
 
 def _weight(scope: str, size: int) -> tuple[int, int]:
-    """Sort key, heaviest first: notebooks, then groups and whole modules, then the rest
-    (notebook-driving tests and integration before unit tests)."""
+    """Sort key, heaviest first: notebooks and the tests that drive notebooks, then groups
+    and whole modules, then integration and lab tests, then the rest."""
     if scope.endswith(".ipynb"):
         rank = 0
     elif "::" not in scope:
@@ -59,30 +59,19 @@ def _weight(scope: str, size: int) -> tuple[int, int]:
 
 
 class SuiteScheduling(LoadScopeScheduling):
-    """LoadScope with our units (`scope_of`), queued heaviest first."""
+    """LoadScope with our units (`scope_of`), handed out heaviest first."""
+
+    _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
 
-    def schedule(self) -> None:
-        # LoadScope's first distribution, with the queue in our order (it would keep the
-        # order of collection, or sort by size alone).
-        if self.collection is not None or not self._check_nodes_have_same_collection():
-            super().schedule()
-            return
-        self.collection = list(next(iter(self.registered_collections.values())))
-        units: dict[str, dict[str, bool]] = {}
-        for nodeid in self.collection:
-            units.setdefault(scope_of(nodeid), {})[nodeid] = False
-        for scope in sorted(units, key=lambda s: _weight(s, len(units[s]))):
-            self.workqueue[scope] = units[scope]
-        for _ in range(max(0, len(self.nodes) - len(self.workqueue))):
-            node, _ = self.assigned_work.popitem()
-            node.shutdown()
-        for node in self.nodes:
-            self._assign_work_unit(node)
-        for node in self.nodes:
-            self._reschedule(node)
-        if not self.workqueue:
-            for node in self.nodes:
-                node.shutdown()
+    def _assign_work_unit(self, node) -> None:
+        # LoadScope fills its queue in collection order (or by size alone) and hands out
+        # the first unit; put ours in order once, before the first one goes.
+        if not self._ordered:
+            units = sorted(self.workqueue.items(), key=lambda kv: _weight(kv[0], len(kv[1])))
+            self.workqueue.clear()
+            self.workqueue.update(units)
+            self._ordered = True
+        super()._assign_work_unit(node)

@@ -25,7 +25,7 @@ from labs.chaos.plan import Spec
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected, create, later_specs
-from labs.procs import WorkerProc
+from labs.procs import WorkerProc, wait_until
 from labs.timings import CHAOS_WORKER
 from teamdesk.config import Settings
 
@@ -352,7 +352,7 @@ class Driver:
     async def _takeover(self, ev: FaultEvent) -> None:
         free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
         async with self._holding(ev, free) as held:
-            if held is None:
+            if held is None or held.borrowed:  # another fault's hold is that fault's to strike
                 self.report.skipped[ev.kind] += 1
                 self.note(f"{ev.kind} skipped: no export held within the bound")
                 return
@@ -391,15 +391,18 @@ class Driver:
 
     async def _result_of(self, held: Held, timeout: float) -> bool:
         """Wait (bounded) until the history records a result of `held`'s execution (a
-        result crossing comes after its write, fenced or not)."""
+        result crossing comes after its write, fenced or not); whether it came."""
         assert self.holds is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(c.kind == "result" and c.execution_id == held.execution_id
-                   and c.task_id == held.task_id for c in read_history(self.holds.folder)):
-                return True
-            await asyncio.sleep(0.05)  # poll interval of another process's file
-        return False
+        folder = self.holds.folder
+
+        async def landed() -> bool:
+            return any(c.kind == "result" and c.execution_id == held.execution_id
+                       and c.task_id == held.task_id for c in read_history(folder))
+        try:
+            await wait_until(landed, timeout, f"a result of {held.execution_id[:8]}")
+            return True
+        except TimeoutError:
+            return False
 
     @contextlib.asynccontextmanager
     async def _process_fault(self, ev: FaultEvent) -> AsyncIterator[WorkerProc | None]:

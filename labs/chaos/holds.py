@@ -125,10 +125,9 @@ def install(folder: Path, name: str) -> Callable[[], None]:
             return
         if point != HOLD_POINT:
             return
-        armed = _read(arm)
-        token, task = (armed.get("token"), armed.get("task_id")) if isinstance(armed, dict) \
-            else (armed, None)
-        if token is None or token in held or task not in (None, ctx["task_id"]):
+        armed = _read(arm) or {}
+        token = armed.get("token")
+        if token is None or token in held or armed.get("task_id") not in (None, ctx["task_id"]):
             return
         before = _read(reached)
         if before is not None and before.get("token") == token:
@@ -162,8 +161,7 @@ class Holds:
         """Ask worker `name` to hold its next export between two batches — of `task_id`
         only, when given (an executor that took that task over); the token."""
         self._tokens += 1
-        _write(self._path(name, "arm"),
-               self._tokens if task_id is None else {"token": self._tokens, "task_id": task_id})
+        _write(self._path(name, "arm"), {"token": self._tokens, "task_id": task_id})
         return self._tokens
 
     def held(self, name: str, token: int) -> Held | None:
@@ -198,8 +196,7 @@ class Holds:
     def disarm(self, name: str, token: int) -> None:
         """No more holding for `token`; a hold that came anyway is released."""
         with contextlib.suppress(FileNotFoundError):
-            armed = _read(self._path(name, "arm"))
-            if (armed.get("token") if isinstance(armed, dict) else armed) == token:
+            if (_read(self._path(name, "arm")) or {}).get("token") == token:
                 self._path(name, "arm").unlink()
         if self.held(name, token) is not None:
             self.release(name, token)

@@ -62,7 +62,9 @@ def make_schedule(seed: int, workers: int, duration: float,
             hold = kill.draw_hold(rng)
             events.append(FaultEvent(round(t, 2), kill.name, rng.randrange(workers), hold))
         elif kind.target != "server":
-            worker = rng.randrange(workers)  # drawn for every kind: the same generator
+            # Drawn even for an `any` fault, so the generator moves on as for every other
+            # kind and the rest of the schedule stays what it was.
+            worker = rng.randrange(workers)
             events.append(FaultEvent(round(t, 2), kind.name,
                                      None if kind.target == "any" else worker, hold))
         t += rng.expovariate(1 / 1.2) + 0.1

@@ -17,9 +17,6 @@ async def chaos_run(config: ChaosConfig, name: str, settings) -> ChaosReport:
 
 async def cx_run(name: str, settings) -> ChaosReport:
     """The counterexample's run as the notebook makes it (`ch90.counterexample_run`)."""
-    lab = await Lab.open(name, settings=settings, seed=False, private_redis=True)
-    try:
-        lab, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG)
+    async with Lab.open(name, settings=settings, seed=False, private_redis=True) as lab:
+        _, report, _ = await ch90.counterexample_run(lab, ch90.CX_CONFIG)
         return report
-    finally:
-        await lab.close(check=False)

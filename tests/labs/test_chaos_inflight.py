@@ -64,6 +64,30 @@ async def test_a_worker_holds_an_armed_export_until_released_and_records_its_cro
         ("claim", "e1"), ("result", "e1")]
 
 
+async def test_an_arm_for_one_task_holds_that_task_only_and_a_newer_release_frees_it(
+        tmp_path):
+    """P3, P5 (the takeover race's gates): E2's worker, armed for the task E1 held, lets
+    another task's export pass and holds the taken-over one; a later fault's arm and
+    release of the same worker (token 2, written before the held one could see token 1's
+    release) frees it too — no executor is left holding forever."""
+    uninstall = install(tmp_path, "w2")
+    holds = Holds(tmp_path)
+    other = {"task_id": "T9", "run": 0, "execution_id": "e9", "actor": "w2"}
+    mine = {"task_id": "T1", "run": 0, "execution_id": "e2", "actor": "w2"}
+    try:
+        token = holds.arm("w2", "T1")
+        await asyncio.wait_for(probes.announce(HOLD_POINT, **other), 1)  # not its task
+        crossing = asyncio.ensure_future(probes.announce(HOLD_POINT, **mine))
+        held = await holds.reached(["w2"], {"w2": token}, 5)
+        assert held is not None and held.execution_id == "e2" and not crossing.done()
+        later = holds.arm("w2")
+        holds.release("w2", token)
+        holds.release("w2", later)  # within one poll: token 1's release is overwritten
+        await asyncio.wait_for(crossing, 5)
+    finally:
+        uninstall()
+
+
 def test_a_run_that_struck_no_running_work_says_inconclusive():
     report = ChaosReport(config=ch90.CONFIG, schedule=[])
     report.struck_running = Counter(sigkill=2)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from labs.chaos import private_restarter, run_chaos
 from labs.chaos.schedule import make_schedule
-from labs.lab import Lab
 from labs.scenes import ch90
+from tests.labs.chaos_runs import chaos_run
 
 #: At least twenty races scheduled in one run (for this seed and window), on exports
 #: that arrive in waves; a race that finds no export held within 1.5 s is skipped (the
@@ -24,10 +23,7 @@ REPEAT = dataclasses.replace(ch90.CX_CONFIG, tasks=200, duration=26.0, waves=12,
 async def test_every_staged_takeover_race_is_a_clobber_the_checker_names(service_settings):
     assert len(make_schedule(REPEAT.seed, REPEAT.workers, REPEAT.duration,
                              REPEAT.kinds)) >= 20
-    async with Lab.open("repeat", settings=service_settings, seed=False,
-                        private_redis=True) as lab:
-        report = await run_chaos(lab.settings, REPEAT, out=lambda line: None,
-                                 keep_logs=False, redis=private_restarter(lab.private_redis))
+    report = await chaos_run(REPEAT, "repeat", service_settings)
     raced = [s for s in report.strikes if s.kind == "takeover"]
     assert len(raced) >= 3, (report.executed, report.skipped)
     assert report.executed["takeover"] == len(raced)
