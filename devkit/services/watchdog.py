@@ -98,15 +98,16 @@ def watch(root: Path) -> None:
             _stop_remembered(known)
             return
         with locked(root):
-            # "<pid> <rounds>", written as each round starts: lets a test wait for whole
-            # rounds instead of sleeping through them.
-            rounds += 1
-            (root / "watchdog.rounds").write_text(f"{os.getpid()} {rounds}")
             pg, rd = pg_pid(root), redis_pid(root)
             _remember(known, "postgres", pg)
             _remember(known, "redis", rd)
             if pg is not None or rd is not None:
                 if (root / "keep").exists() or live_owners(root):
+                    # "<pid> <rounds>", written as each round that keeps the servers ends
+                    # (they are remembered by then): lets a test wait for whole rounds
+                    # instead of sleeping through them.
+                    rounds += 1
+                    (root / "watchdog.rounds").write_text(f"{os.getpid()} {rounds}")
                     continue
                 stop_postgres(root)
                 stop_redis(root)

@@ -65,8 +65,9 @@ def _wait_until(cond, timeout: float, what: str) -> None:
 
 
 def _watchdog_rounds(root: Path) -> int:
-    """How many rounds the *current* watchdog has started (0 before its first, or when
-    the counter belongs to an earlier watchdog). Read without the lock, so a half-written
+    """How many rounds the *current* watchdog has finished keeping the servers (0 before
+    its first, or when the counter belongs to an earlier watchdog): a counted round has
+    verified and remembered both servers (S3). Read without the lock, so a half-written
     file counts as "not yet"."""
     try:
         pid = int((root / "watchdog.pid").read_text().split()[0])
@@ -139,8 +140,8 @@ def test_services_up_pins_until_down(svc_root):
     assert up.returncode == 0, up.stderr
     db_url = up.stdout.split()[1]
     try:
-        # Two whole watchdog rounds that started after `up` exited, i.e. with no owner
-        # alive: only the "keep" pin can have kept the servers up.
+        # Two whole watchdog rounds finished after `up` exited, the second begun after it,
+        # i.e. with no owner alive: only the "keep" pin can have kept the servers up.
         seen = _watchdog_rounds(root)
         watchdog = root / "watchdog.pid"
         _wait_until(lambda: _watchdog_rounds(root) >= seen + 2 or not watchdog.exists(), 30,
