@@ -59,13 +59,23 @@ def ensure_template(database_url: str) -> str:
             conn.execute("SELECT pg_advisory_unlock(hashtext('teamdesk.template'))")
 
 
+def _clone_strategy(conn: psycopg.Connection) -> str:
+    """On a server without fsync (the embedded one) and PostgreSQL 15+, copy the template's
+    files: two to three times less work per clone than writing every block through the WAL
+    (the default since 15), and its checkpoints cost nothing there. Any other server keeps
+    its default, which spares everyone else on it a checkpoint per clone."""
+    version, fsync = conn.execute(
+        "SELECT current_setting('server_version_num')::int, current_setting('fsync')").fetchone()
+    return " STRATEGY FILE_COPY" if version >= 150000 and fsync == "off" else ""
+
+
 def clone_database(database_url: str, prefix: str = "teamdesk_t") -> str:
     """Create a fresh, migrated database; returns its URL (same server, new name)."""
     template = ensure_template(database_url)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with _admin(database_url) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(template)))
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}{}").format(
+            sql.Identifier(name), sql.Identifier(template), sql.SQL(_clone_strategy(conn))))
     return _with_db(database_url, name)
 
 
