@@ -24,7 +24,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 #: Seconds between two refreshes, and the longest a board keeps refreshing.
 INTERVAL_S = 0.5
@@ -35,7 +38,7 @@ _HOOKED: set[int] = set()
 
 
 class _Board:
-    def __init__(self, lab: Any, render: Callable[[], Awaitable[Any]], shell: Any) -> None:
+    def __init__(self, lab: Lab, render: Callable[[], Awaitable[Any]], shell: Any) -> None:
         self.lab, self.render, self.shell = lab, render, shell
         self.parent = getattr(shell, "parent_header", None)
         self.handle: Any = None
@@ -94,7 +97,7 @@ def _hook(shell: Any) -> None:
     shell.events.register("pre_run_cell", lambda *_: stop_all())
 
 
-async def live(lab: Any, render: Callable[[], Awaitable[Any]]) -> Any:
+async def live(lab: Lab, render: Callable[[], Awaitable[Any]]) -> Any:
     """Show `await render()` as a live board of `lab` (see the module docstring).
     Returns None in a kernel (the board is already displayed), else the table."""
     try:

@@ -23,13 +23,16 @@ import importlib
 import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from devkit import i18n
 from devkit.i18n import say
 from labs import tables
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def spec(name: str) -> CaseSpec:
     return cases[name]
 
 
-async def open_case(lab: Any, name: str) -> Case:
+async def open_case(lab: Lab, name: str) -> Case:
     """Stage case `name` in `lab` and gather its evidence."""
     case_spec = spec(name)
     task_id = await case_spec.stage(lab)

@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 import redis.asyncio as aioredis
@@ -27,6 +27,9 @@ from devkit import services
 from labs.private_redis import kill_leftover
 from teamdesk.db.templates import drop_database
 from teamdesk.tasks.queue import delete_prefix
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 
 def _dir() -> Path:
@@ -42,7 +45,7 @@ def _created(pid: int) -> float:
     return psutil.Process(pid).create_time()
 
 
-def record(lab: Any) -> Path:
+def record(lab: Lab) -> Path:
     """Note an open lab (synchronous; `Lab.open` calls it in a thread)."""
     server = getattr(lab, "private_redis", None)
     info = {"name": lab.name, "pid": os.getpid(), "created": _created(os.getpid()),

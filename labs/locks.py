@@ -18,7 +18,7 @@ the holding backend from `pg_locks` joined to `pg_stat_activity`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -26,6 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.locks import team_lock_key_parts
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 T = TypeVar("T")
 
@@ -49,7 +52,7 @@ class TeamLockBusy(TimeoutError):
     """A bounded wait for the team lock gave up; the message names the holder."""
 
 
-async def holders(lab: Any) -> list[dict[str, Any]]:
+async def holders(lab: Lab) -> list[dict[str, Any]]:
     """The backends holding `lab`'s team lock now (pid, state, seconds in the
     transaction, start of the last statement)."""
     async with lab.sessions() as s:
@@ -63,7 +66,7 @@ LOCKED_POINTS = ("reminder.after_lease_check", "reminder.after_event",
                  "reminder.after_completion")
 
 
-def _paused_actors(lab: Any) -> list[str]:
+def _paused_actors(lab: Lab) -> list[str]:
     """The lab's executors paused at a gate inside the team-locked transaction."""
     out = []
     for g in getattr(lab, "gates", ()):
@@ -74,7 +77,7 @@ def _paused_actors(lab: Any) -> list[str]:
     return out
 
 
-async def describe_holder(lab: Any) -> str:
+async def describe_holder(lab: Lab) -> str:
     """One line: who holds the team lock of `lab` (or that nobody does now)."""
     found = await holders(lab)
     if not found:
@@ -87,7 +90,7 @@ async def describe_holder(lab: Any) -> str:
     return f"held by {who}{backends}"
 
 
-async def bounded(lab: Any, action: Callable[[AsyncSession], Awaitable[T]], *,
+async def bounded(lab: Lab, action: Callable[[AsyncSession], Awaitable[T]], *,
                   seconds: float = 2.0) -> T:
     """Run `action(session)` (a service call) with every lock wait bounded by `seconds`;
     if the team lock (or any lock) is not granted in time, raise `TeamLockBusy` naming
@@ -123,7 +126,7 @@ WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'
 """)
 
 
-async def row_lock_waits(lab: Any) -> list[dict[str, Any]]:
+async def row_lock_waits(lab: Lab) -> list[dict[str, Any]]:
     """Backends of `lab`'s database whose UPDATE of `background_tasks` waits on a lock:
     what they wait for (`transactionid` = a row lock) and the blocker's state and query."""
     async with lab.sessions() as s:

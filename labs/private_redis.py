@@ -30,11 +30,14 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from devkit import services
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 #: Seconds the server may take to accept connections or to exit.
 START_TIMEOUT_S = 10.0
@@ -133,7 +136,7 @@ def kill_leftover(pid: int, created: float, folder: str | Path | None) -> None:
 
 
 @contextlib.asynccontextmanager
-async def outage(lab: Any) -> AsyncIterator[None]:
+async def outage(lab: Lab) -> AsyncIterator[None]:
     """Stop the lab's own Redis for real for the duration of the block, then start it again
     on the same port (empty). Only a lab opened with `private_redis=True` has one; any
     other lab gets a one-line `PrivateRedisError` and nothing is stopped."""

@@ -31,10 +31,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from labs.history import History
 from teamdesk import probes
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 #: Loggers whose INFO records the histories read (`task.lease_lost`, `task.error`, …).
 LOGGER = "teamdesk"
@@ -154,11 +157,11 @@ class Registry:
         """Remove and return the open lab registered under `name`, or None."""
         return self.by_name.pop(name, None)
 
-    def name(self, name: str, lab: Any) -> None:
+    def name(self, name: str, lab: Lab) -> None:
         """Register `lab` under `name` (a later `take(name)` finds it)."""
         self.by_name[name] = lab
 
-    def unname(self, name: str, lab: Any) -> None:
+    def unname(self, name: str, lab: Lab) -> None:
         """Forget `name` if it still refers to `lab` (a newer lab may have it by now)."""
         if self.by_name.get(name) is lab:
             del self.by_name[name]

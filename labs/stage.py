@@ -34,11 +34,14 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs import rewind
 from labs.rewind import MARKER
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 
 @dataclass
@@ -54,7 +57,7 @@ class Step:
 class Stage:
     """The steps of one lab's race (`lab.stage`); see the module docstring."""
 
-    lab: Any
+    lab: Lab
     #: A coroutine function returning what to show when a done step's cell is re-run
     #: (a notebook sets its board: `lab.stage.board = board`).
     board: Callable[[], Awaitable[Any]] | None = None
@@ -269,7 +272,7 @@ def install() -> bool:
     return True
 
 
-def attach(lab: Any) -> Stage:
+def attach(lab: Lab) -> Stage:
     """Give `lab` its stage and make it the current one (called by `Lab.open`)."""
     global CURRENT, _LAST
     stage = Stage(lab)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 from sqlalchemy import func, select
@@ -30,6 +30,9 @@ from devkit import i18n
 from labs.history import short
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 T = TypeVar("T")
 
@@ -94,7 +97,7 @@ def verdict(status: str | None, state: str | None) -> str:
     return IN_STEP
 
 
-async def _bounded(lab: Any, call: Awaitable[T], what: str) -> T:
+async def _bounded(lab: Lab, call: Awaitable[T], what: str) -> T:
     timeout = lab.settings.redis_timeout_s
     try:
         return await asyncio.wait_for(call, timeout)
@@ -102,7 +105,7 @@ async def _bounded(lab: Any, call: Awaitable[T], what: str) -> T:
         raise TimeoutError(f"Redis did not answer {what} within {timeout:g} s") from None
 
 
-async def _ledger_rows(lab: Any) -> list[dict[str, Any]]:
+async def _ledger_rows(lab: Lab) -> list[dict[str, Any]]:
     async with lab.sessions() as session:
         tasks = (await session.scalars(select(BackgroundTask).order_by(
             BackgroundTask.created_at, BackgroundTask.id))).all()
@@ -126,7 +129,7 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...],
     return df
 
 
-async def ledger(lab: Any) -> pd.DataFrame:
+async def ledger(lab: Lab) -> pd.DataFrame:
     """The lab's `background_tasks` rows, oldest first: `LEDGER_COLUMNS` = id, type, run,
     status, attempts, progress, execution (8 characters of the lease, '' when none),
     dispatched_at, updated_at (UTC timestamps), last_error. Needs only PostgreSQL."""
@@ -141,7 +144,7 @@ def _job_row(job: Any, state: str) -> dict[str, Any]:
             "failedReason": job.failedReason or None, "_ts": job.timestamp or 0}
 
 
-async def _jobs(lab: Any) -> dict[str, tuple[Any, str | None]]:
+async def _jobs(lab: Lab) -> dict[str, tuple[Any, str | None]]:
     """Every job record in the queue's lists, with its state: one `getJobs` and one
     round trip for all the states (`queue.job_states`)."""
     jobs = await _bounded(lab, lab.queue.getJobs([]), "getJobs")
@@ -155,7 +158,7 @@ def _queue_rows(jobs: dict[str, tuple[Any, str | None]]) -> list[dict[str, Any]]
     return rows
 
 
-async def queue(lab: Any) -> pd.DataFrame:
+async def queue(lab: Lab) -> pd.DataFrame:
     """Every job record of the lab's queue (bullmq `queue.getJobs` over all lists, their
     states in one round trip), oldest first: `QUEUE_COLUMNS` = job_id, task_id and run
     (from the job's data), state, attemptsMade, progress, failedReason."""
@@ -163,7 +166,7 @@ async def queue(lab: Any) -> pd.DataFrame:
     return _frame(rows, QUEUE_COLUMNS, ints=("run", "attemptsMade", "progress"))
 
 
-async def ledger_vs_queue(lab: Any) -> pd.DataFrame:
+async def ledger_vs_queue(lab: Lab) -> pd.DataFrame:
     """The ledger and the queue side by side, one row per task (its current run's job
     `<task>-<run>`, its state read as the dispatcher reads it: `queue.job_states`),
     then one row per orphan job, with a `verdict` column (rules: `verdict`).
@@ -251,7 +254,7 @@ def show(df: pd.DataFrame) -> pd.DataFrame:
     return Shown(out.where(~(out.isna() | (out == "")), MISSING))
 
 
-async def board(lab: Any, columns: list[str], *, names: Any = None,
+async def board(lab: Lab, columns: list[str], *, names: Any = None,
                 tasks: list[Any] | None = None) -> pd.DataFrame:
     """`ledger_vs_queue` for display (`show`), in `columns` (any of `COMPARE_COLUMNS`, plus
     "task" and "dispatched_at"). With `names` (`labs.names.Names`) the execution column

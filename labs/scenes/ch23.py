@@ -23,7 +23,7 @@ import asyncio
 import inspect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy import func, select, text
@@ -40,8 +40,11 @@ from teamdesk.tasks.dispatcher import scan_query
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import task_job_id
 
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
-async def scan_preview(lab: Any, names: Names, *, limit: int | None = None,
+
+async def scan_preview(lab: Lab, names: Names, *, limit: int | None = None,
                        later: float = 0) -> list[str]:
     """Which rows the dispatcher's scan (D1) would pick now, or `later` seconds from now,
     by name, without enqueueing anything: the product's own scan statement
@@ -53,7 +56,7 @@ async def scan_preview(lab: Any, names: Names, *, limit: int | None = None,
         return [names.of(r.id) for r in await s.execute(scan_query(settings, now))]
 
 
-async def outbox_rows(lab: Any, names: Names, ticket: Ticket,
+async def outbox_rows(lab: Lab, names: Names, ticket: Ticket,
                       tasks: list[BackgroundTask]) -> pd.DataFrame:
     """The outbox rows a request wrote (O2, O3): one row per task with the fields the
     chapter names — type, status, run, dispatched_at, ticket, owner, revision, run_at
@@ -71,14 +74,14 @@ async def outbox_rows(lab: Any, names: Names, ticket: Ticket,
     return tables.show(df)
 
 
-async def event_kinds(lab: Any, ticket_id: int) -> list[str]:
+async def event_kinds(lab: Lab, ticket_id: int) -> list[str]:
     """The kinds of a ticket's history events, oldest first."""
     async with lab.sessions() as s:
         return list((await s.scalars(select(TicketEvent.kind).where(
             TicketEvent.ticket_id == ticket_id).order_by(TicketEvent.id))).all())
 
 
-async def rows_left(lab: Any, ticket_id: int, task_id: str) -> int:
+async def rows_left(lab: Lab, ticket_id: int, task_id: str) -> int:
     """How many rows of one request exist: its ticket, the ticket's events and its
     reminder task. 0 after a rolled-back request (O1: the intent shares the business
     transaction's fate)."""
@@ -92,7 +95,7 @@ async def rows_left(lab: Any, ticket_id: int, task_id: str) -> int:
     return left
 
 
-async def matching_ticket_ids(lab: Any, status: TicketStatus,
+async def matching_ticket_ids(lab: Lab, status: TicketStatus,
                               priority: Priority) -> list[int]:
     """The ids of the team's live tickets with this status and priority, in id order: what
     an export with these filters must contain (X1), counted independently of the
@@ -164,7 +167,7 @@ class OrderVerdict:
                           *("  " + s for s in self.storm)])
 
 
-async def _one_row(lab: Any, conn: Any, task_id: str) -> Any:
+async def _one_row(lab: Lab, conn: Any, task_id: str) -> Any:
     """The row as the product's scan (D1) hands it to a tick."""
     rows = [r for r in await dispatcher.scan(conn, lab.settings) if r.id == task_id]
     if not rows:
@@ -181,7 +184,7 @@ async def _run_steps(fn: Any, row: Any, steps: Steps) -> str | None:
     return None
 
 
-async def _completions(lab: Any, task_id: str) -> int:
+async def _completions(lab: Lab, task_id: str) -> int:
     return sum(1 for e in lab.recorder.events if e["kind"] == "completed"
                and e.get("task_id") == task_id and "exported" in str(e.get("result")))
 
@@ -218,7 +221,7 @@ async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
     return verdict
 
 
-async def _calm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
     calm = await lab.request_export(ORDER_FILTERS)
     error = await _run_steps(fn, await _one_row(lab, conn, calm.id), steps)
     row, job = await lab.task(calm.id), await lab.job(calm.id)
@@ -250,7 +253,7 @@ async def _calm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdic
                        and done.status.value == "COMPLETED")
 
 
-async def _storm(lab: Any, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
     storm = await lab.request_export(ORDER_FILTERS)
     row = await _one_row(lab, conn, storm.id)
     async with private_redis.outage(lab):
@@ -299,7 +302,7 @@ class Ticker:
     as the lab's dispatcher: the lab's gates catch them and its log keeps their lines.
     `lab.close()` stops it."""
 
-    def __init__(self, lab: Any, *, tick_s: float = 0.2) -> None:
+    def __init__(self, lab: Lab, *, tick_s: float = 0.2) -> None:
         self.lab = lab
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.running = 0
@@ -355,7 +358,7 @@ class Ticker:
                 for k in ("tick.start", "tick.done", "tick.fault", "tick.skipped")}
 
 
-def window(lab: Any, start: int, end: int | None = None) -> History:
+def window(lab: Lab, start: int, end: int | None = None) -> History:
     """The lab's history rows from position `start` (to `end`) as a history of their own,
     for a swimlane of one scene (`window(lab, mark).plot(...)`)."""
     part = History(start=lab.history.start)
@@ -373,7 +376,7 @@ def _dispatcher_gate(row: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------ diagnosis cases (labs.cases)
 
-async def _stage_waiting_dispatched(lab: Any) -> str:
+async def _stage_waiting_dispatched(lab: Lab) -> str:
     """The book's 练习 C: a reminder due tomorrow, dispatched by a real tick — WAITING with
     `dispatched_at` set, its job delayed until tomorrow (D1, D2)."""
     due = datetime.now(UTC) + timedelta(days=1)
@@ -382,7 +385,7 @@ async def _stage_waiting_dispatched(lab: Any) -> str:
     return task.id
 
 
-async def _stage_orphan_job(lab: Any) -> str:
+async def _stage_orphan_job(lab: Lab) -> str:
     """A job of an older run, staged for real: the lab's workers are stopped; worker C,
     started with an export limit of 1, rejects an export of many tickets for good (X1, P8:
     FAILED, its job `<task>-0` failed); the limit is raised (C again, with the product's
@@ -474,7 +477,7 @@ CASES = {
 
 # ------------------------------------------------------------ §3: the scan's fairness (D1)
 
-async def reminders_due_tomorrow(lab: Any, n: int) -> list[BackgroundTask]:
+async def reminders_due_tomorrow(lab: Lab, n: int) -> list[BackgroundTask]:
     """`n` tickets due tomorrow, each with its REMINDER task (O3), all dispatched by real
     ticks (as delayed jobs, D2) and then aged 31 s or more (clock compression): every one
     of them is due for the 30 s re-check (D1) when the next row arrives. The first is
@@ -500,7 +503,7 @@ SELECT id FROM background_tasks
  LIMIT :limit""")
 
 
-async def without_nulls_first(lab: Any, names: Names) -> list[str]:
+async def without_nulls_first(lab: Lab, names: Names) -> list[str]:
     """Which rows a scan ordered `dispatched_at ASC, run_at ASC` — without `NULLS FIRST` —
     would pick now, by name: the counterfactual of the book's fairness argument (a read,
     nothing enqueued)."""

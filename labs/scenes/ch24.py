@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy import select
@@ -21,8 +21,11 @@ from labs.names import Names
 from teamdesk.db.models import Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
 
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
-async def reminders(lab: Any, names: Names, *tasks: Any) -> pd.DataFrame:
+
+async def reminders(lab: Lab, names: Names, *tasks: Any) -> pd.DataFrame:
     """One row per REMINDER task, by name: its ticket, its revision (O3), its ledger
     status, its queue job's state ("none" without a record) and its result summary (which
     says why a stale reminder sent nothing, M1)."""
@@ -35,7 +38,7 @@ async def reminders(lab: Any, names: Names, *tasks: Any) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("task")
 
 
-async def tickets(lab: Any, names: Names, *items: Any) -> pd.DataFrame:
+async def tickets(lab: Lab, names: Names, *items: Any) -> pd.DataFrame:
     """One row per ticket, by name: status, due date set or not, current revision, version,
     notifications and history events — a reminder's effects (P10) in one place."""
     rows = []
@@ -52,7 +55,7 @@ async def tickets(lab: Any, names: Names, *items: Any) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("ticket")
 
 
-async def d_facts(lab: Any, d1: Any, task: Any) -> dict[str, Any]:
+async def d_facts(lab: Lab, d1: Any, task: Any) -> dict[str, Any]:
     """The exercise's facts about ticket D: the new reminder `task` (status, summary; None
     if `task` is not a REMINDER task) and the old `d1` (ledger status, queue state)."""
     new = await lab.task(task.id) if getattr(task, "type", None) == "REMINDER" else None
@@ -99,7 +102,7 @@ class StaleVerdict:
         return "\n".join([head, *self.lines])
 
 
-async def _situations(lab: Any) -> list[tuple[str, Any, bool, str]]:
+async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     """Four tickets, each with a reminder due now, changed by the product's services:
     (what happened, the reminder to run, whether it should remind anyone, what a wrong
     answer costs)."""
@@ -130,7 +133,7 @@ async def _situations(lab: Any) -> list[tuple[str, Any, bool, str]]:
     return out
 
 
-async def judge_stale(lab: Any, fn: Any) -> StaleVerdict | str:
+async def judge_stale(lab: Lab, fn: Any) -> StaleVerdict | str:
     """Run the real processor and REMINDER executor (`process_task`, claim → team lock →
     ticket read → the check → effects → fenced completion, P10) on four reminders, with
     the learner's `fn(task, ticket)` as the executor's stale check (the product's seam

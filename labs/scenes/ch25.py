@@ -15,7 +15,7 @@ import asyncio
 import csv
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
@@ -25,16 +25,19 @@ from teamdesk.services.exports import ExportFile
 from teamdesk.tasks.outbox import new_export_task
 from teamdesk.tasks.queue import task_job_id
 
+if TYPE_CHECKING:
+    from labs.lab import Lab
+
 T = 8.0  # seconds: the bound on every wait of the judge
 
 
-async def download(lab: Any, user: str, task: Any) -> ExportFile:
+async def download(lab: Lab, user: str, task: Any) -> ExportFile:
     """`download_export` as `user` (X2: access and expiry are checked at download time)."""
     async with lab.sessions() as s:
         return await exports.download_export(s, lab.team, user, task.id)
 
 
-async def try_download(lab: Any, user: str, task: Any) -> str:
+async def try_download(lab: Lab, user: str, task: Any) -> str:
     """A download as one short line for a table: "ok: N rows", or the refusal's name
     (NotFound, PermissionDenied, ExportExpired, …)."""
     try:
@@ -44,7 +47,7 @@ async def try_download(lab: Any, user: str, task: Any) -> str:
     return f"ok: {len(file.csv.splitlines()) - 1} rows"
 
 
-async def matches(lab: Any, user: str, filters: Any) -> int | str:
+async def matches(lab: Lab, user: str, filters: Any) -> int | str:
     """How many team tickets `filters` match for `user` — the count `request_export` makes
     before it writes anything (X1) — read only; the service's refusal as text when the
     filters are invalid."""
@@ -56,7 +59,7 @@ async def matches(lab: Any, user: str, filters: Any) -> int | str:
         return f"{type(err).__name__}: {err}"
 
 
-async def snapshot(lab: Any, task: Any, moment: str, read: str) -> dict[str, Any]:
+async def snapshot(lab: Lab, task: Any, moment: str, read: str) -> dict[str, Any]:
     """Both records of one export at a moment: its ledger status and progress beside the
     queue job's progress (P4: ledger first, then queue), plus the ledger's `updated_at`
     (D6: each batch moves it)."""
@@ -82,7 +85,7 @@ def fits(filters: Any, matched: int | str | None, limit: int) -> bool | str:
                                        f"它们匹配 {matched} 张工单；目标是 1–{limit} 张")
 
 
-async def legacy_export(lab: Any, filters: dict[str, Any], *, user: str = "ben"
+async def legacy_export(lab: Lab, filters: dict[str, Any], *, user: str = "ben"
                         ) -> BackgroundTask:
     """An EXPORT task whose stored `filters` are taken as given — the row an older
     release's request could have written before a filter value was retired. It goes
@@ -114,7 +117,7 @@ class NarrowedVerdict:
         return self.text
 
 
-async def _finished(lab: Any, job_id: str) -> dict[str, Any]:
+async def _finished(lab: Lab, job_id: str) -> dict[str, Any]:
     """The first `completed` or `failed` event of `job_id` (bounded)."""
     waits = [asyncio.ensure_future(lab.wait_for(kind, job_id=job_id, timeout=T))
              for kind in ("completed", "failed")]
@@ -124,7 +127,7 @@ async def _finished(lab: Any, job_id: str) -> dict[str, Any]:
     return next(iter(done)).result()
 
 
-async def judge_narrowed(lab: Any, filters: Any, *, user: str = "ben") -> NarrowedVerdict:
+async def judge_narrowed(lab: Lab, filters: Any, *, user: str = "ben") -> NarrowedVerdict:
     """Request `filters` as a new export (X1: validated and counted first), dispatch it,
     let the lab's worker W run it, download it and read the rows: ✓ when it COMPLETED
     with 1 to `export_limit` rows, every title about Webhook, exactly the tickets the

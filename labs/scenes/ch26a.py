@@ -11,13 +11,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs import fonts
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 
 class StandInJob:
@@ -58,7 +61,7 @@ async def raised_by(call: Awaitable[Any]) -> str:
     return "-"
 
 
-async def after_execution(lab: Any, task_id: str, attempts_made: int, raised: str
+async def after_execution(lab: Lab, task_id: str, attempts_made: int, raised: str
                           ) -> dict[str, Any]:
     """One row of §3's table: the ledger row after an execution with `attempts_made`."""
     r = await lab.task(task_id)
@@ -68,7 +71,7 @@ async def after_execution(lab: Any, task_id: str, attempts_made: int, raised: st
                 raised=raised, last_error=r.last_error)
 
 
-async def execution_status(lab: Any, ctx: TaskContext, attempts_made: int,
+async def execution_status(lab: Lab, ctx: TaskContext, attempts_made: int,
                            tried: dict[int, str]) -> str:
     """The exercise of §3: a *new* export, one stand-in execution with `attempts_made`
     whose queue reports all fail; the ledger status it leaves (WAITING or FAILED, P7).
@@ -150,7 +153,7 @@ def _raised(situation: str, choice: str) -> BaseException:
     return TaskRejected(SITUATIONS[situation][1], situation)
 
 
-async def _outcome(lab: Any, ctx: TaskContext, situation: str, choice: str
+async def _outcome(lab: Lab, ctx: TaskContext, situation: str, choice: str
                    ) -> tuple[str, int]:
     """A new export executed with the learner's choice for `situation`, attempt after
     attempt as the queue would (attemptsMade 0, 1, 2) while the ledger says WAITING:
@@ -181,7 +184,7 @@ class KindsVerdict:
         return self.text
 
 
-async def judge_kinds(lab: Any, ctx: TaskContext, choices: Any) -> KindsVerdict:
+async def judge_kinds(lab: Lab, ctx: TaskContext, choices: Any) -> KindsVerdict:
     """Exercise E: each situation run through the real processor with the learner's
     choice; ✓ when the task ended the way it should — finished after a passing problem,
     FAILED at once for a lasting one — else what the choice cost."""
@@ -226,7 +229,7 @@ async def judge_kinds(lab: Any, ctx: TaskContext, choices: Any) -> KindsVerdict:
 
 # ---------------------------------------------------------------- §2: the backoff, measured
 
-def attempt_times(lab: Any, job_id: str) -> list[dict[str, Any]]:
+def attempt_times(lab: Lab, job_id: str) -> list[dict[str, Any]]:
     """Each attempt of one queue job, from the lab's worker events: when it started (the
     worker's `active`) and when it failed (`failed`), in seconds since the first start, and
     the wait before it (from the previous failure to this start: the backoff, Q1)."""

@@ -31,7 +31,7 @@ import re
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -40,6 +40,9 @@ from teamdesk.db.models import Ticket
 from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import QUERIES
 from teamdesk.tasks.queue import task_job_id
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 #: The lease condition each fenced statement ends with (P3), the part a learner rewrites.
 LEASE_CONDITION = re.compile(r"id = %\(task_id\)s AND run = %\(run\)s AND execution_id = "
@@ -114,7 +117,7 @@ class FenceVerdict:
         return "\n".join([head, *(f"  {n}" for n in self.notes)])
 
 
-async def _alone(lab: Any, verdict: FenceVerdict) -> None:
+async def _alone(lab: Lab, verdict: FenceVerdict) -> None:
     task = await lab.request_export({"status": ["OPEN"]})
     await lab.start_worker("S", export_batch_size=1000)
     await lab.dispatch()
@@ -126,7 +129,7 @@ async def _alone(lab: Any, verdict: FenceVerdict) -> None:
     await lab.stop_worker("S")
 
 
-async def _race(lab: Any, verdict: FenceVerdict) -> None:
+async def _race(lab: Lab, verdict: FenceVerdict) -> None:
     from sqlalchemy import update
 
     from labs.lab import STUCK, WATCHFUL
@@ -206,7 +209,7 @@ async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str
 # ---------------------------------------------------------------- the recipe, as a scene
 
 
-async def takeover(lab: Any, a_point: str, *, a_opts: dict[str, Any]) -> tuple[int, list[str]]:
+async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[int, list[str]]:
     """The takeover race of §4.1–§4.7 as one run, A frozen at `a_point` (P2, P3, P5, P6):
     A claims and freezes; the HIGH tickets are retitled `new: …`; B takes over (a real
     `stalled`) and is held after its claim; A comes back late and the row must still be

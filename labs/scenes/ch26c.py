@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -20,6 +20,9 @@ from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import execute
 from teamdesk.tasks.queue import task_job_id
 
+if TYPE_CHECKING:
+    from labs.lab import Lab
+
 Effects = tuple[int, int, int]
 
 #: The last probe point inside the reminder's transaction (after the completion matched,
@@ -27,7 +30,7 @@ Effects = tuple[int, int, int]
 LAST_POINT = "reminder.after_completion"
 
 
-async def fault_at(lab: Any, point: str, *, timeout: float = 8.0
+async def fault_at(lab: Lab, point: str, *, timeout: float = 8.0
                    ) -> tuple[Effects, Effects, Effects]:
     """A new due reminder whose attempt 1 meets a fault ("disk full") at probe `point`:
     its ticket's `reminder_effects` before, between the attempts (a gate holds attempt 2
@@ -52,7 +55,7 @@ async def fault_at(lab: Any, point: str, *, timeout: float = 8.0
     return before, between, await tables.reminder_effects(lab, ticket.id)
 
 
-async def judge_last_point(lab: Any, point: Any, tried: dict[str, tuple]) -> bool | str:
+async def judge_last_point(lab: Lab, point: Any, tried: dict[str, tuple]) -> bool | str:
     """The exercise's verdict for `point` (True, or why not), running `fault_at` once per
     point (`tried` caches the counts, so a re-run check cell does not run it again)."""
     if point not in tried:
@@ -143,7 +146,7 @@ class GateVerdict:
         return "\n".join([head, *(f"  {n}" for n in self.notes)])
 
 
-async def _ended(lab: Any, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
+async def _ended(lab: Lab, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
     """The first since `since` of: the job completed, or it failed for good (its attempts
     used up)."""
     done = asyncio.ensure_future(lab.wait_for("completed", job_id=job_id, timeout=timeout,
@@ -162,7 +165,7 @@ def _said(event: dict[str, Any]) -> str:
     return (text.splitlines() or [""])[0]
 
 
-async def _gate_alone(lab: Any, verdict: GateVerdict) -> None:
+async def _gate_alone(lab: Lab, verdict: GateVerdict) -> None:
     ticket, task = await lab.create_ticket("Alone with the gate", due_at=datetime.now(UTC),
                                            assignee_id="cai")
     before = await tables.reminder_effects(lab, ticket.id)
@@ -179,7 +182,7 @@ async def _gate_alone(lab: Any, verdict: GateVerdict) -> None:
                              f"效果 {before} → {after}"))
 
 
-async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
+async def _gate_race(lab: Lab, verdict: GateVerdict) -> None:
     ticket, task = await lab.create_ticket("Recovery during the gate",
                                            due_at=datetime.now(UTC), assignee_id="cai")
     job_id = task_job_id(task.id, 0)
@@ -212,7 +215,7 @@ async def _gate_race(lab: Any, verdict: GateVerdict) -> None:
                              f"{verdict.final_status}，效果 {verdict.final_effects}"))
 
 
-async def judge_gate(lab: Any, gate: Any) -> GateVerdict | str:
+async def judge_gate(lab: Lab, gate: Any) -> GateVerdict | str:
     """Run `gate` as the commit gate of executor G's reminders in `lab` (`gate_fence`,
     `Lab.use_fence`): (1) alone, G must complete a due reminder with one of each effect;
     (2) the recovery-scan race of §5: G paused inside its transaction after the three

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs.cases import CaseSpec
@@ -20,6 +20,9 @@ from labs.history import History
 from labs.names import Names
 from teamdesk.tasks.queue import task_job_id
 from teamdesk.tasks.worker import is_exhausted
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 T = 8  # seconds: the bound on every wait here, as in the notebook
 
@@ -45,7 +48,7 @@ def fields(row: dict[str, Any], columns: list[str], names: Names | None = None
     return {c: show(row[c]) for c in columns}
 
 
-async def exhaust_run(lab: Any, task_id: str, run: int = 0) -> None:
+async def exhaust_run(lab: Lab, task_id: str, run: int = 0) -> None:
     """Dispatch `task_id` and let every attempt of `run` meet a transient read error until
     the queue's budget is used up: the processor writes FAILED with its lease (P7, Q1).
     The three expected worker failures are acknowledged. Needs a started worker."""
@@ -61,7 +64,7 @@ async def exhaust_run(lab: Any, task_id: str, run: int = 0) -> None:
 Round = tuple[str, int, int, str]  # (job id, job attemptsMade, ledger attempts, status)
 
 
-async def one_round(lab: Any, task_id: str, run: int, fails_left: int) -> Round:
+async def one_round(lab: Lab, task_id: str, run: int, fails_left: int) -> Round:
     """One dispatcher scan and the round it starts, to its end: FAILED when all three
     attempts meet the fault (`fails_left` ≥ 3), COMPLETED otherwise."""
     await lab.dispatch()
@@ -74,7 +77,7 @@ async def one_round(lab: Any, task_id: str, run: int, fails_left: int) -> Round:
     return job.id, job.attemptsMade, r.attempts, r.status.value
 
 
-async def rounds_with(lab: Any, fails: int, memo: dict[int, list[Round]]) -> list[Round]:
+async def rounds_with(lab: Lab, fails: int, memo: dict[int, list[Round]]) -> list[Round]:
     """Exercise C: a new export whose reads fail `fails` times in a row, run round after
     round — a scan, and Ben's Retry after each FAILED round (R2), three rounds at most.
     Remembered in `memo` per number, so a check cell run again starts nothing new."""
@@ -127,7 +130,7 @@ class LateCallback:
     — the book's *late* callback — and lands in the lab's history (lane "old callback"),
     so the swimlane shows it after the new claim."""
 
-    def __init__(self, lab: Any, actor: str, body: Callback | None = None) -> None:
+    def __init__(self, lab: Lab, actor: str, body: Callback | None = None) -> None:
         worker = lab.workers[actor]
         self.lab, self.actor = lab, actor
         self._go = asyncio.Event()
@@ -204,14 +207,14 @@ def _own_listener(ledger: Any, body: Callback, *, hold: Callable[[], Awaitable[A
     return on_failed
 
 
-def task_history(lab: Any, task_id: str) -> History:
+def task_history(lab: Lab, task_id: str) -> History:
     """The lab's history rows of one task only (for a swimlane of one scene)."""
     h = History(lab.history.start)
     h.rows = [r for r in lab.history.rows if r["task_id"] == task_id]
     return h
 
 
-async def _a_fails(lab: Any, filters: dict[str, Any], *, legacy: bool,
+async def _a_fails(lab: Lab, filters: dict[str, Any], *, legacy: bool,
                    body: Callback | None = None) -> tuple[str, LateCallback | None]:
     """The first half of `late_failure`: up to the two scans that re-add run 0."""
     await lab.stop_worker("A")
@@ -238,7 +241,7 @@ async def _a_fails(lab: Any, filters: dict[str, Any], *, legacy: bool,
     return task.id, late
 
 
-async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
+async def late_failure(lab: Lab, *, legacy: bool, filters: dict[str, Any]
                        ) -> tuple[str, Any, dict[str, Any], LateCallback | None]:
     """The book's §7 test 2 up to B's claim, in one call: a new export; A's read fails and
     its error report fails too, so the queue (attempts = 1) fails the job while the ledger
@@ -261,7 +264,7 @@ async def late_failure(lab: Any, *, legacy: bool, filters: dict[str, Any]
 # own executors take its job; it leaves none of them running but the hung one of
 # "running-long" (held at its gate until a later case lets it go, or the lab closes).
 
-async def idle_s(lab: Any, task_id: str) -> float:
+async def idle_s(lab: Lab, task_id: str) -> float:
     """How long the task's `updated_at` has not moved, in seconds — in the database's
     clock, the one D6's 120 s threshold is measured in."""
     from sqlalchemy import text
@@ -272,7 +275,7 @@ async def idle_s(lab: Any, task_id: str) -> float:
             "WHERE id = :id"), {"id": task_id}))
 
 
-async def _quiet(lab: Any) -> None:
+async def _quiet(lab: Lab) -> None:
     """Stop the lab's workers; an executor a gate still holds (a case's frozen one) is let
     go first, so stopping its worker does not wait for it."""
     from labs.gates import Gate
@@ -284,7 +287,7 @@ async def _quiet(lab: Any) -> None:
         await lab.stop_worker(name)
 
 
-async def _stage_fault_a(lab: Any) -> str:
+async def _stage_fault_a(lab: Lab) -> str:
     """故障 A: A (1 s lock, no renewal) freezes after its read; B's stall check takes the
     job over and claims E2; A comes back, its progress write matches 0 rows (LeaseLost)
     and it returns quietly, without reporting 100; B completes (P3, P6)."""
@@ -314,7 +317,7 @@ async def _stage_fault_a(lab: Any) -> str:
     return task.id
 
 
-async def _stage_fault_b(lab: Any) -> str:
+async def _stage_fault_b(lab: Lab) -> str:
     """故障 B: the export's result UPDATE commits, then the last report to the queue,
     `update_progress(100)`, fails (a fault at `export.after_result`): the error path's
     RUNNING condition matches 0 rows, the processor keeps the result and returns (P9)."""
@@ -329,7 +332,7 @@ async def _stage_fault_b(lab: Any) -> str:
     return task.id
 
 
-async def _stage_running_long(lab: Any) -> str:
+async def _stage_running_long(lab: Lab) -> str:
     """RUNNING far beyond the lock: A hangs after its first read (held at a gate; its
     process is alive and still renews the queue's lock, so the queue says active); its
     row looks ten minutes old (the clock compressed, D6); and the dispatcher's scan fails
@@ -496,7 +499,7 @@ class CallbackVerdict:
         return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
 
 
-async def _callback_scene(lab: Any, body: Callback, scene: str, verdict: CallbackVerdict
+async def _callback_scene(lab: Lab, body: Callback, scene: str, verdict: CallbackVerdict
                           ) -> None:
     task_id, late = await _a_fails(lab, {"priority": ["HIGH"]}, legacy=False, body=body)
     assert late is not None
@@ -517,7 +520,7 @@ async def _callback_scene(lab: Any, body: Callback, scene: str, verdict: Callbac
     verdict.scenes[scene] = (status, str(done["result"]), landed["error"])
 
 
-async def judge_callback(lab: Any, body: Any) -> CallbackVerdict | str:
+async def judge_callback(lab: Lab, body: Any) -> CallbackVerdict | str:
     """Exercise F: run `body` as A's `failed` callback in `lab`, in the book's §7 test 2
     (A fails, the record is lost, two scans re-add run 0; `_a_fails`), landing late
     twice: after B has claimed E2, and after the re-add but before any claim. A callback

@@ -19,11 +19,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from devkit.i18n import say
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 #: A fixture a test asked for → the isolation it gives (tests/conftest.py).
 ISOLATION = {"database_url": "own clone", "settings": "own prefix",
@@ -34,7 +37,7 @@ ISOLATION_ZH = {"own clone": "自己的克隆", "own prefix": "自己的前缀",
                 "own prefix (no Redis used)": "自己的前缀（没有用到 Redis）"}
 
 
-def task_count(lab: Any) -> int:
+def task_count(lab: Lab) -> int:
     """The number of ledger rows in this world's own database (psycopg, no lab session:
     the count must not depend on the harness it checks)."""
     with psycopg.connect(lab.settings.database_url) as conn:
@@ -108,7 +111,7 @@ def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     return BookRun(tests, run.returncode, run.stdout, run.stderr, used)
 
 
-async def key_pattern_judge(lab: Any, pattern: str | None) -> Callable[[Any], bool | str]:
+async def key_pattern_judge(lab: Lab, pattern: str | None) -> Callable[[Any], bool | str]:
     """The exercise's judge: `pattern` must match exactly this world's keys — what
     `close()` deletes — and none of another world on the shared Redis (ours: one prefix
     per world). Scans now; the returned function says what is wrong, if anything."""

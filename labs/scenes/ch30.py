@@ -33,12 +33,15 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs.history import History
 from labs.procs import WorkerProc, wait_until
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 _SIGNALS = {signal.SIGTERM: ("info", "SIGTERM"), signal.SIGKILL: ("fail", "kill -9"),
             signal.SIGINT: ("info", "SIGINT")}
@@ -73,7 +76,7 @@ class Processes:
     `close()` of the lab kills any that are still alive and removes their scratch folder,
     so a re-opened lab (a re-run of the first cell) never inherits a running process."""
 
-    def __init__(self, lab: Any, timings: dict[str, str]) -> None:
+    def __init__(self, lab: Lab, timings: dict[str, str]) -> None:
         self.lab = lab
         #: The `TEAMDESK_*` settings every process gets (Q2: short timings for the class).
         self.timings = dict(timings)
@@ -203,7 +206,7 @@ class Processes:
         return codes
 
 
-async def completed(lab: Any, task_id: str) -> Any:
+async def completed(lab: Lab, task_id: str) -> Any:
     """The task's ledger row once it is COMPLETED, None before: a condition for
     `wait_until` (the ledger is the truth, I1)."""
     row = await lab.task(task_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import psutil
@@ -16,6 +16,9 @@ from devkit.i18n import say
 from labs.cases import CaseSpec
 from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant, run_chaos
 from labs.lab import STUCK, WATCHFUL
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 __all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "clobbered_ids",
            "counterexample_run", "judge_invariant", "recover", "task_history", "worker_children"]
@@ -42,7 +45,7 @@ def clobbered_ids(report: ChaosReport) -> set[str]:
             if v.invariant is Invariant.CLOBBER and v.task_id}
 
 
-async def counterexample_run(lab: Any, config: ChaosConfig
+async def counterexample_run(lab: Lab, config: ChaosConfig
                              ) -> tuple[Any, ChaosReport, list[str]]:
     """The counterexample's chaos run: its one fault stages the takeover race by gates
     (kind `takeover`): E1 frozen past its lock, E2 held once it took the task over, E1's
@@ -113,7 +116,7 @@ def task_history(report: ChaosReport, task_id: str) -> pd.DataFrame:
 # ------------------------------------------------------------ the diagnosis case
 
 
-async def _stage_stall_limit(lab: Any) -> str:
+async def _stage_stall_limit(lab: Lab) -> str:
     """Ch. 26 §7 test 5 with the real parts: A holds an export between two batches and
     stops renewing its lock (STUCK); B checks for stalls with maxStalledCount 0, so the
     queue fails the job on its first stall — while the ledger still says RUNNING under
@@ -135,7 +138,7 @@ async def _stage_stall_limit(lab: Any) -> str:
     return task.id
 
 
-async def recover(lab: Any, task_id: str) -> pd.DataFrame:
+async def recover(lab: Lab, task_id: str) -> pd.DataFrame:
     """What comes next for the stall-limit case (W3, D4, D6): compress the clock past the
     stale age (`lab.age`), then two real dispatcher scans — the first recovers the
     RUNNING row to WAITING and clears its lease (D6), the second reads the queue's failed

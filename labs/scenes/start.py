@@ -6,11 +6,14 @@ pauses the worker — and call these in one line.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
 from teamdesk.db.models import Ticket, TicketStatus
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class FirstBatch:
     total: int
 
 
-async def look_at_first_batch(lab: Any, gate: Any, task_id: str, timeout: float) -> FirstBatch:
+async def look_at_first_batch(lab: Lab, gate: Any, task_id: str, timeout: float) -> FirstBatch:
     """Wait (bounded) until `gate` — a gate at `export.after_progress` installed before the
     worker started — holds the worker after its first batch, read the task's ledger
     progress while it is paused, then let it go on. Pausing only makes the intermediate
@@ -36,7 +39,7 @@ async def look_at_first_batch(lab: Any, gate: Any, task_id: str, timeout: float)
     return FirstBatch(progress=progress, total=ctx["total"])
 
 
-async def count_tickets(lab: Any, status: str) -> int:
+async def count_tickets(lab: Lab, status: str) -> int:
     """How many of the lab team's live (undeleted) tickets have `status`: the truth an
     export filtered on that status must match row for row (X1, X2), counted straight from
     the tickets table rather than from the export."""
