@@ -15,7 +15,7 @@ suite uses, and with REDIS_URL set as well. The world and the invariants are des
 `labs/chaos/__init__.py`, the kinds in `labs/chaos/kinds.py` (one table).
 
 The run itself (schedule, plan, invariant checker) is `labs.chaos`, shared with
-`tests/integration/test_chaos.py` and `notebooks/90-chaos.ipynb`; this is its command line.
+`tests/labs/test_chaos.py` and `notebooks/90-chaos.ipynb`; this is its command line.
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ from labs.timings import ONE_SCAN_02, PRODUCTION
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
+from teamdesk.testing import FakeJob
 
 #: The pipeline's share of the tighter of its two bounds (queue, ledger) it should reach;
 #: below it the benchmark prints where the time goes. The worker timings are the
@@ -690,19 +691,6 @@ async def profile_worker(base: Settings, n: int) -> None:
         print("    " + ln[:150])
 
 
-class _StubJob:
-    """Enough of a bullmq job for `process_task` outside a worker (no Redis)."""
-
-    def __init__(self, task_id: str) -> None:
-        self.id = f"{task_id}-0"
-        self.data = {"taskId": task_id, "run": 0}
-        self.attemptsMade = 0
-        self.opts = {"attempts": 3}
-
-    async def updateProgress(self, value: int) -> None:
-        return None
-
-
 async def call_costs(base: Settings, calls: int = 300) -> None:
     """CPU and wall time of one call of each ledger step a task makes, measured on the
     product's own functions in this process (no Redis): the named statements of
@@ -768,7 +756,7 @@ async def call_costs(base: Settings, calls: int = 300) -> None:
             pending = iter(ids)
 
             async def one() -> None:
-                await process_task(_StubJob(next(pending)), None, ctx)
+                await process_task(FakeJob(next(pending)), None, ctx)
 
             return one
 

@@ -8,14 +8,14 @@ that function returns. `Lab` inherits them, so a cell reads `await lab.dispatch(
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Interval, func, select, text, update
+from sqlalchemy import select
 
 from labs.history import History
 from labs.routing import Routes
+from teamdesk import testing
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Priority, Scope, Ticket
 from teamdesk.services import exports as export_services
@@ -65,25 +65,13 @@ class ProductCalls:
         return report
 
     async def age(self, task_id: str, seconds: float) -> None:
-        """Compress the clock for one task: move its `updated_at`, `dispatched_at` and
-        `expires_at` `seconds` into the past, as if that much time had passed since each
-        was stamped (D1's 30 s re-check, D6's 120 s stale age, D7's expiry). An UPDATE that
-        sets `updated_at` itself keeps its value (the migration's trigger)."""
+        """Compress the clock for one task (`teamdesk.testing.age`): move its `updated_at`,
+        `dispatched_at` and `expires_at` `seconds` into the past, as if that much time had
+        passed since each was stamped (D1's 30 s re-check, D6's 120 s stale age, D7's
+        expiry)."""
         self._require_open()
-        try:
-            secs = float(seconds)
-        except (TypeError, ValueError):
-            raise TypeError(f"seconds must be a number, not {seconds!r}") from None
-        if not math.isfinite(secs):
-            raise ValueError(f"seconds must be finite, not {seconds!r}")
-        # A bound parameter, never text in the SQL: `make_interval(secs => $1)`.
-        shift = func.make_interval(text("secs => :shift_s").bindparams(shift_s=secs),
-                                   type_=Interval)
-        t = BackgroundTask
-        async with self.sessions() as session, session.begin():
-            await session.execute(update(t).where(t.id == task_id).values(
-                updated_at=t.updated_at - shift, dispatched_at=t.dispatched_at - shift,
-                expires_at=t.expires_at - shift))
+        await testing.age(self.sessions, task_id, seconds,
+                          columns=("updated_at", "dispatched_at", "expires_at"))
 
     # ------------------------------------------------------------ services (thin wrappers)
 

@@ -12,37 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from devkit.world import World
 from labs.faults import flush_prefix
 from teamdesk.config import Settings
 from teamdesk.tasks.queue import redis_client
 from teamdesk.tasks.runner import heartbeat_key
+from teamdesk.testing import wait_until, worker_env
 
 __all__ = ["WorkerProc", "World", "clear_prefix", "stop_all", "wait_heartbeats",
            "wait_until", "worker_env"]
-
-
-def worker_env(settings: Settings, timings: dict[str, str], *,
-               redis_url: str | None = None) -> dict[str, str]:
-    """The environment of a `teamdesk worker` for this world: its URLs, its prefix, and the
-    given `TEAMDESK_*` timings (Q2). Timing overrides inherited from our own environment
-    are dropped so that only the stated ones apply."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TEAMDESK_") or k == "TEAMDESK_DATA_DIR"}
-    env.update(timings)
-    env.update({"DATABASE_URL": settings.database_url or "",
-                "REDIS_URL": redis_url or settings.redis_url or "",
-                "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix})
-    return env
 
 
 class WorkerProc:
@@ -131,22 +115,6 @@ class WorkerProc:
 
     def tail(self, lines: int = 25) -> str:
         return "\n".join(self.output().splitlines()[-lines:])
-
-
-async def wait_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: str,
-                     *, interval: float = 0.05, on_timeout: Callable[[], str] | None = None,
-                     ) -> Any:
-    """Poll an external state until `cond()` is truthy; the bound only reports that it
-    never came (with `on_timeout()` appended, e.g. a worker's log tail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = ("\n" + on_timeout()) if on_timeout else ""
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}{extra}")
-        await asyncio.sleep(interval)
 
 
 async def wait_heartbeats(settings: Settings, procs: list[WorkerProc], timeout: float = 60.0,

@@ -24,11 +24,12 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from devkit import i18n
 from labs.history import short
-from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
+from teamdesk import testing
+from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.tasks.queue import job_states, task_job_id
 
 if TYPE_CHECKING:
@@ -275,30 +276,14 @@ async def board(lab: Lab, columns: list[str], *, names: Any = None,
     return show(df[columns])
 
 
-def _sessions(where: Any) -> Any:
-    """A lab's sessionmaker, or `where` itself when it is one (the integration tests, which
-    have no lab, use `row` and `reminder_effects` too)."""
-    return getattr(where, "sessions", where)
+async def row(lab: Lab, task_id: str) -> dict[str, Any]:
+    """The whole ledger row of one task (`teamdesk.testing.task_row`): compare two of them
+    to prove that *nothing at all* changed (P3)."""
+    return await testing.task_row(lab.sessions, task_id)
 
 
-async def row(where: Any, task_id: str) -> dict[str, Any]:
-    """The whole ledger row of one task, column name → value: compare two of them to prove
-    that *nothing at all* changed (P3). `where`: a lab or an async sessionmaker."""
-    async with _sessions(where)() as session:
-        t = await session.get(BackgroundTask, task_id)
-    if t is None:
-        raise KeyError(f"no task {task_id!r}")
-    return {c.name: getattr(t, c.key) for c in BackgroundTask.__table__.columns}
-
-
-async def reminder_effects(where: Any, ticket_id: int) -> tuple[int, int, int]:
-    """A reminder's three effects on one ticket: (notifications, `reminder_sent` events,
-    the ticket's version). P10 promises all three move together, exactly once. `where`: a
-    lab or an async sessionmaker."""
-    async with _sessions(where)() as s:
-        n = await s.scalar(select(func.count()).select_from(Notification).where(
-            Notification.ticket_id == ticket_id))
-        e = await s.scalar(select(func.count()).select_from(TicketEvent).where(
-            TicketEvent.ticket_id == ticket_id, TicketEvent.kind == "reminder_sent"))
-        v = await s.scalar(select(Ticket.version).where(Ticket.id == ticket_id))
-    return n, e, v
+async def reminder_effects(lab: Lab, ticket_id: int) -> tuple[int, int, int]:
+    """A reminder's three effects on one ticket (`teamdesk.testing.reminder_effects`):
+    notifications, `reminder_sent` events, the ticket's version — P10 moves all three
+    together, exactly once."""
+    return await testing.reminder_effects(lab.sessions, ticket_id)

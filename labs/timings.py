@@ -12,6 +12,10 @@ rest, and the URLs come from the world it works in). Production defaults stay in
 from __future__ import annotations
 
 from teamdesk.config import Settings
+from teamdesk.testing import FAST_WORKER
+
+__all__ = ["CHAOS_WORKER", "FAST_WORKER", "ONE_SCAN_02", "PRODUCTION", "SCENE_WORKER",
+           "TICK_02", "describe"]
 
 #: The chaos run's workers (`labs.chaos`, `benchmarks.chaos`, notebook 90): a 1 s lock and
 #: a 100 ms stall check so a frozen or killed worker's job is taken over within the short
@@ -23,10 +27,8 @@ CHAOS_WORKER = Settings(lock_duration_ms=1000, stalled_interval_ms=100, dispatch
                         stale_running_age_s=3, redispatch_age_s=2, backoff_delay_ms=50,
                         redis_timeout_s=1, heartbeat_ttl_s=1.5, drain_timeout_s=2,
                         export_batch_size=10)
-#: The worker-process tests (`tests/integration/test_worker_process.py`): the lock, stall
-#: check and backoff of Q2, a quick tick and heartbeat, small export batches.
-FAST_WORKER = Settings(dispatch_tick_s=0.2, heartbeat_ttl_s=1.5, lock_duration_ms=1000,
-                       stalled_interval_ms=100, backoff_delay_ms=50, export_batch_size=10)
+#: `FAST_WORKER`, the product's test timings (`teamdesk.testing`), are notebook 30's class
+#: timings too.
 #: Notebook 30's scene processes (`labs.scenes.ch30.Processes`, its tests): a quick tick
 #: and heartbeat, small export batches; the lock and stall check stay at production values.
 SCENE_WORKER = Settings(dispatch_tick_s=0.2, heartbeat_ttl_s=1.5, export_batch_size=10)

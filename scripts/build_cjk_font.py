@@ -7,7 +7,7 @@ Why a subset of our own: matplotlib's default fonts have no CJK glyphs, and a wh
 font is 17 MB or more. The figures of the 中文 edition draw our own words, so the font
 holds the 3,755 most common hanzi (GB 2312 level 1), CJK punctuation, ASCII, and every
 CJK character written anywhere in `labs/`, `notebooks/`, `docs/` and `RULES*.md` today;
-`tests/unit/test_cjk_font.py` fails when a figure text needs a glyph it lacks. It is
+`tests/labs/test_cjk_font.py` fails when a figure text needs a glyph it lacks. It is
 instanced at weight 400 and renamed (a modified version keeps no reserved font name;
 Noto's is "Source", ours is "TeamDesk Lab Sans SC"). Re-run after adding Chinese text.
 """

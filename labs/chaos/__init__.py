@@ -1,7 +1,7 @@
 """A seeded chaos run: real worker processes, real faults, then invariants over the ledger.
 
 The reusable part of `python -m benchmarks.chaos` (its command line stays there), used by
-that benchmark, by `tests/integration/test_chaos.py` and by `notebooks/90-chaos.ipynb`:
+that benchmark, by `tests/labs/test_chaos.py` and by `notebooks/90-chaos.ipynb`:
 
     lab = await Lab.open("chaos", seed=False, private_redis=True)
     report = await run_chaos(lab.settings, ChaosConfig(seed=7, workers=2, tasks=30, duration=4),

@@ -139,9 +139,9 @@ async def judge_stale(lab: Lab, fn: Any) -> StaleVerdict | str:
     the learner's `fn(task, ticket)` as the executor's stale check (the product's seam
     `TaskContext.stale_check`, M1); judge each by its real effects: a notification for
     that ticket and revision, and the task's status and summary."""
-    from labs.scenes.ch26a import StandInJob
     from teamdesk.tasks.context import TaskContext
     from teamdesk.tasks.processor import process_task
+    from teamdesk.testing import FakeJob
 
     if fn is None:
         return say("not attempted yet: write my_stale_reason(task, ticket) above",
@@ -154,7 +154,7 @@ async def judge_stale(lab: Lab, fn: Any) -> StaleVerdict | str:
     for what, task, should_send, cost in await _situations(lab):
         verdict.total += 1
         try:
-            await process_task(StandInJob(task.id), None, ctx)
+            await process_task(FakeJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
             verdict.lines.append(say(
                 f"  ✗ {what}: your check raised {type(err).__name__}; the "

@@ -1,15 +1,15 @@
 """Scene helpers of `notebooks/26a-identities-and-retries.ipynb` (ch. 26 §1–3).
 
 §3 follows one failure field by field, choosing `attemptsMade` ourselves: the book does it
-with a `FakeJob` in its unit-level tests, we with `StandInJob`. The processor, the lease
-and the ledger stay real; only the queue's job object is a stand-in, so what the cell shows
-is the product's own classification of each attempt (P4, P7, I3).
+with a `FakeJob` in its unit-level tests, and so do we (`teamdesk.testing.FakeJob`). The
+processor, the lease and the ledger stay real; only the queue's job object is a stand-in, so
+what the cell shows is the product's own classification of each attempt (P4, P7, I3).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,32 +17,11 @@ from devkit.i18n import say
 from labs import fonts
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
-from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS, task_job_id
+from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
+from teamdesk.testing import FakeJob
 
 if TYPE_CHECKING:
     from labs.lab import Lab
-
-
-class StandInJob:
-    """A stand-in for a BullMQ job (the book's FakeJob, ch. 26 §8). The processor only reads
-    `id`, `data`, `attemptsMade`, `opts` and calls `updateProgress`; here that call fails
-    when `fail_at(value)` says so, as a broken queue connection would (the book's opening:
-    the *progress report to the queue* fails). `reported` keeps the values that got
-    through."""
-
-    def __init__(self, task_id: str, run: int = 0, attempts_made: int = 0,
-                 fail_at: Callable[[int], bool] | None = None) -> None:
-        self.id = task_job_id(task_id, run)
-        self.data = {"taskId": task_id, "run": run}
-        self.attemptsMade = attempts_made
-        self.opts = {"attempts": MAX_TASK_ATTEMPTS}
-        self.fail_at = fail_at or (lambda value: False)
-        self.reported: list[int] = []
-
-    async def updateProgress(self, value: int) -> None:  # BullMQ spells it so
-        if self.fail_at(value):
-            raise ConnectionError(f"queue progress report failed at {value}")
-        self.reported.append(value)
 
 
 def every_report(value: int) -> bool:
@@ -78,7 +57,7 @@ async def execution_status(lab: Lab, ctx: TaskContext, attempts_made: int,
     Remembered in `tried` per number, so a check cell run again executes nothing new."""
     if attempts_made not in tried:
         t = await lab.request_export({"status": ["OPEN"]}, user="ben")
-        job = StandInJob(t.id, attempts_made=attempts_made, fail_at=every_report)
+        job = FakeJob(t.id, attempts_made=attempts_made, fail_at=every_report)
         await raised_by(process_task(job, None, ctx))
         tried[attempts_made] = (await lab.task(t.id)).status.value
     return tried[attempts_made]
@@ -129,7 +108,7 @@ SITUATIONS_ZH = {
 }
 
 
-class ScriptedJob(StandInJob):
+class ScriptedJob(FakeJob):
     """A stand-in job whose first progress report raises `error` (None: nothing goes
     wrong): the exception reaches the processor from inside the executor, as a problem
     met while exporting would."""

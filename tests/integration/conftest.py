@@ -8,15 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import update
 
-from labs.gates import Fault, Gate
-from labs.recorder import Recorder
-from labs.tables import reminder_effects
-from labs.tables import row as task_row
-from teamdesk.db.models import BackgroundTask
-from teamdesk.tasks.queue import JOB_NAME, create_task_queue, task_job_id
+from teamdesk.tasks.queue import create_task_queue, task_job_id
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
+from teamdesk.testing import FakeJob, Fault, Gate, Recorder, enqueue, reminder_effects, task_row
 
 
 @pytest.fixture
@@ -69,12 +64,6 @@ def gates() -> Any:
         g.close()
 
 
-async def enqueue(queue, task_id: str, run: int = 0, **opts: Any):
-    """Add the job exactly as the dispatcher does (D2), with optional option overrides."""
-    return await queue.add(JOB_NAME, {"taskId": task_id, "run": run},
-                           {"jobId": task_job_id(task_id, run), **opts})
-
-
 async def once_more_changes_nothing(sessions, task_id: str,
                                     run_again: Callable[[], Awaitable[Any]]) -> Any:
     """Run the task once more, sequentially, and prove it had no extra side effect
@@ -110,8 +99,8 @@ def worker_run(queue, recorder: Recorder, task_id: str,
     processor's outcome text from the `completed` event."""
 
     async def again() -> str:
-        job = await enqueue_as(queue, f"{task_job_id(task_id, run)}-again-{uuid.uuid4().hex[:6]}",
-                               task_id, run)
+        job = await enqueue(queue, task_id, run,
+                            job_id=f"{task_job_id(task_id, run)}-again-{uuid.uuid4().hex[:6]}")
         waits = {kind: asyncio.ensure_future(recorder.wait_for(kind, job_id=job.id))
                  for kind in ("completed", "failed")}
         await asyncio.wait(waits.values(), return_when=asyncio.FIRST_COMPLETED)
@@ -124,37 +113,3 @@ def worker_run(queue, recorder: Recorder, task_id: str,
         return waits["completed"].result()["result"]
 
     return again
-
-
-async def enqueue_as(queue, job_id: str, task_id: str, run: int = 0):
-    """Add a delivery of `task_id`/`run` under an explicit job id (a duplicate delivery)."""
-    return await queue.add(JOB_NAME, {"taskId": task_id, "run": run}, {"jobId": job_id})
-
-
-async def age_task(sessions, task_id: str, seconds: float, column: str = "updated_at") -> None:
-    """Move a timestamp into the past: compresses the recovery clock instead of waiting."""
-    from sqlalchemy import text
-
-    async with sessions() as s, s.begin():
-        await s.execute(update(BackgroundTask).where(BackgroundTask.id == task_id).values(
-            {column: text(f"clock_timestamp() - interval '{float(seconds)} seconds'")}))
-
-
-class FakeJob:
-    """A stand-in for a BullMQ job, as the book's database race tests use (ch. 26 §8):
-    they call the processor directly with `attemptsMade` chosen by the test. Its
-    `updateProgress` records values and can be told to fail for some of them."""
-
-    def __init__(self, task_id: str, run: int = 0, attempts_made: int = 0,
-                 fail_progress: Any = None) -> None:
-        self.id = task_job_id(task_id, run)
-        self.data = {"taskId": task_id, "run": run}
-        self.attemptsMade = attempts_made
-        self.opts = {"attempts": 3}
-        self.fail_progress = fail_progress
-        self.progress_reports: list[int] = []
-
-    async def updateProgress(self, value: int) -> None:
-        if self.fail_progress is not None and self.fail_progress(value):
-            raise ConnectionError(f"queue progress report failed at {value}")
-        self.progress_reports.append(value)

@@ -50,7 +50,7 @@ from teamdesk.tasks.queue import (
     redis_client,
     task_job_id,
 )
-from tests.integration.conftest import age_task
+from teamdesk.testing import age
 
 SYNC_TIMEOUT = 8.0  # only detects a sync point that never came
 EMBEDDED_REDIS = pytest.mark.skipif(
@@ -94,16 +94,9 @@ async def _set(sessions, task_id: str, **values: Any) -> None:
 
 
 async def _age(sessions, *task_ids: str, seconds: float = 31.0) -> datetime:
-    """Move the rows' `dispatched_at` `seconds` into the past: D1's re-check clock,
-    compressed (the dispatcher compares in the database's clock, so `now` cannot be moved
-    from here). Returns the database's clock after the change."""
-    from sqlalchemy import func, text
-
-    async with sessions() as s, s.begin():
-        await s.execute(update(BackgroundTask).where(BackgroundTask.id.in_(task_ids)).values(
-            dispatched_at=BackgroundTask.dispatched_at - text(
-                f"interval '{float(seconds)} seconds'")))
-        return await s.scalar(select(func.now()))
+    """D1's re-check clock, compressed: the rows' `dispatched_at` moved `seconds` back
+    (`teamdesk.testing.age`). Returns the database's clock after the change."""
+    return await age(sessions, task_ids, seconds, columns=("dispatched_at",))
 
 
 async def _state(queue, task_id: str, run: int = 0) -> str | None:
@@ -783,7 +776,7 @@ async def test_loop_tick_drains_a_backlog_round_after_round_until_a_short_scan(
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
     ids = await _insert_many(sessions, 35)
     stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
-    await age_task(sessions, stale, 121)
+    await age(sessions, stale, 121)
     events = LoopEvents()
     loop = DispatchLoop(queue, settings, listener=events)
     loop.start()
@@ -833,7 +826,7 @@ async def test_loop_budget_ends_the_rounds_and_the_next_tick_follows_at_once(
                                 dispatch_budget_s=1e-9)
     await _insert_many(sessions, 25)
     stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
-    await age_task(sessions, stale, 121)
+    await age(sessions, stale, 121)
     events = LoopEvents()
     loop = DispatchLoop(queue, settings, listener=events)
     loop.start()
@@ -872,7 +865,7 @@ async def test_loop_round_that_raises_ends_the_tick_before_the_tail(settings, se
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
     await _insert_many(sessions, 25)
     stale = await _insert(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
-    await age_task(sessions, stale, 121)
+    await age(sessions, stale, 121)
     calls = 0
 
     async def second_round_fails(*args: Any, **kwargs: Any) -> DispatchReport:

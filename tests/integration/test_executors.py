@@ -12,7 +12,7 @@ from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.exports import run_export
 from teamdesk.tasks.processor import EXECUTORS, executor_for, process_task
 from teamdesk.tasks.reminders import run_reminder
-from tests.integration.conftest import FakeJob
+from teamdesk.testing import FakeJob
 
 
 def test_every_task_type_of_the_schema_has_its_executor():

@@ -16,7 +16,7 @@ from teamdesk.services import exports
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.processor import process_task
-from tests.integration.conftest import FakeJob
+from teamdesk.testing import FakeJob
 
 CASES = [
     ("ben", Scope.TEAM, {}),

@@ -27,7 +27,7 @@ from teamdesk.tasks.lease import claim
 from teamdesk.tasks.ledger import QUERIES, Ledger, StatementLog
 from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.queue import create_task_queue
-from tests.integration.conftest import FakeJob, enqueue, task_row
+from teamdesk.testing import FakeJob, age, enqueue, task_row
 
 
 @pytest.fixture
@@ -49,12 +49,6 @@ async def _insert(sessions, **values: Any) -> str:
 async def _row(sessions, task_id: str) -> BackgroundTask:
     async with sessions() as s:
         return await s.scalar(select(BackgroundTask).where(BackgroundTask.id == task_id))
-
-
-async def _age_updated(sessions, task_id: str, seconds: float) -> None:
-    async with sessions() as s, s.begin():
-        await s.execute(update(BackgroundTask).where(BackgroundTask.id == task_id).values(
-            updated_at=BackgroundTask.updated_at - text(f"interval '{float(seconds)} seconds'")))
 
 
 # ---------------------------------------------------------------- the statement registry
@@ -135,7 +129,7 @@ async def test_the_task_path_runs_every_statement_by_name(settings, sessions, de
         next_step()
         with pytest.raises(ConnectionError):
             await process_task(FakeJob(failing.id, attempts_made=attempts_made,
-                                       fail_progress=lambda v: True), None, ctx)
+                                       fail_at=lambda v: True), None, ctx)
         assert log.names[-2:] == ["progress", report]
         assert set(log.queries[-1][1]) == lease_keys | {"last_error"}
 
@@ -362,7 +356,7 @@ async def test_the_dispatcher_reads_no_host_clock(settings, sessions, demo, queu
     row = await _row(sessions, live)
     assert (row.status, row.execution_id) == (TaskStatus.RUNNING, "live-exec")
 
-    await _age_updated(sessions, live, 121)
+    await age(sessions, live, 121)
     report = await dispatch_tasks(queue, settings)
     assert report.recovered_stale == 1
     row = await _row(sessions, live)
@@ -384,7 +378,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
         async with ledger.connection() as conn:
             claimed = await claim(conn, task_id, 0, attempts=1)  # P2: a real claim
         assert claimed is not None
-        await _age_updated(sessions, task_id, 121)
+        await age(sessions, task_id, 121)
         report = await dispatch_tasks(queue, settings)
         row = await _row(sessions, task_id)
         if n < 3:
@@ -398,7 +392,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
             assert "three times" in STALLED_ERROR and "Retry" in STALLED_ERROR
             assert "failed_stalled=1" in str(report)  # shown in the tick's log line
     # A FAILED row is never recovered again, however old.
-    await _age_updated(sessions, task_id, 600)
+    await age(sessions, task_id, 600)
     assert (await dispatch_tasks(queue, settings)).failed_stalled == 0
 
     async with sessions() as s:
@@ -407,7 +401,7 @@ async def test_third_stall_of_a_run_fails_it_and_retry_starts_counting_again(
         1, TaskStatus.WAITING, 0)
     async with ledger.connection() as conn:
         assert await claim(conn, task_id, 1, attempts=1) is not None
-    await _age_updated(sessions, task_id, 121)
+    await age(sessions, task_id, 121)
     report = await dispatch_tasks(queue, settings)
     assert report.recovered_stale == 1  # the new round's first stall: recovered, not failed
     assert (await _row(sessions, task_id)).stale_recoveries == 1

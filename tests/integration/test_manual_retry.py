@@ -9,7 +9,8 @@ import pytest
 from teamdesk.db.models import TaskStatus
 from teamdesk.services import exports, tasks
 from teamdesk.tasks.processor import TaskContext, process_task
-from tests.integration.conftest import FakeJob, direct_run, once_more_changes_nothing, task_row
+from teamdesk.testing import FakeJob, task_row
+from tests.integration.conftest import direct_run, once_more_changes_nothing
 
 
 async def test_manual_retry_skips_the_old_run(settings, sessions, demo):
@@ -19,7 +20,7 @@ async def test_manual_retry_skips_the_old_run(settings, sessions, demo):
     async with sessions() as s:
         task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
     with pytest.raises(ConnectionError):
-        await process_task(FakeJob(task.id, attempts_made=2, fail_progress=lambda v: True),
+        await process_task(FakeJob(task.id, attempts_made=2, fail_at=lambda v: True),
                            None, ctx)
     assert (await task_row(sessions, task.id))["status"] == TaskStatus.FAILED
 

@@ -22,13 +22,8 @@ from teamdesk.db.models import (
 )
 from teamdesk.services import exports, tasks, teams, tickets
 from teamdesk.tasks.processor import TaskContext, process_task
-from tests.integration.conftest import (
-    FakeJob,
-    direct_run,
-    once_more_changes_nothing,
-    reminder_effects,
-    task_row,
-)
+from teamdesk.testing import FakeJob, reminder_effects, task_row
+from tests.integration.conftest import direct_run, once_more_changes_nothing
 
 T = 8.0  # bound for every wait: only detects a sync point that never came
 
@@ -218,7 +213,7 @@ async def test_mid_progress_failure_over_attempts_then_manual_retry(sessions, de
     for made, status in enumerate(expected):
         with pytest.raises(ConnectionError):
             await process_task(FakeJob(task.id, attempts_made=made,
-                                       fail_progress=lambda v: True), None, ctx("A"))
+                                       fail_at=lambda v: True), None, ctx("A"))
         row = await task_row(sessions, task.id)
         assert (row["status"], row["attempts"], row["result_csv"], row["execution_id"]) == (
             status, made + 1, None, None)
@@ -235,7 +230,7 @@ async def test_mid_progress_failure_over_attempts_then_manual_retry(sessions, de
     row = await task_row(sessions, task.id)
     assert (row["status"], row["run"], row["attempts"], row["progress"]) == (
         TaskStatus.COMPLETED, 1, 1, 100)
-    assert job.progress_reports[-1] == 100
+    assert job.reported[-1] == 100
     for run in (0, 1):  # a late message of the old run, and a duplicate of the new one
         again = await once_more_changes_nothing(sessions, task.id,
                                                 direct_run(ctx("C"), task.id, run))
@@ -268,7 +263,7 @@ async def test_export_takeover_old_executor_cannot_overwrite(sessions, demo, ctx
     g_a.release()
     assert (await asyncio.wait_for(run_a, T)).startswith("lease lost")
     assert await task_row(sessions, task.id) == snapshot
-    assert 100 not in job_a.progress_reports
+    assert 100 not in job_a.reported
 
     g_b.release()
     await asyncio.wait_for(run_b, T)
@@ -316,12 +311,12 @@ async def test_committed_result_survives_failed_final_progress_report(sessions, 
     RUNNING condition matches 0 rows; the processor returns without re-raising."""
     async with sessions() as s:
         task = await exports.request_export(s, "acme", "ben", {"status": ["PENDING"]})
-    job = FakeJob(task.id, fail_progress=lambda v: v == 100)
+    job = FakeJob(task.id, fail_at=lambda v: v == 100)
     outcome = await process_task(job, None, ctx("A"))
     assert outcome == "error not reported, lease no longer held: ConnectionError"
     row = await task_row(sessions, task.id)
     assert (row["status"], row["progress"]) == (TaskStatus.COMPLETED, 100)
     assert row["result_csv"] and row["expires_at"] > datetime.now(UTC) + timedelta(hours=23)
-    assert 100 not in job.progress_reports
+    assert 100 not in job.reported
     again = await once_more_changes_nothing(sessions, task.id, direct_run(ctx("C"), task.id))
     assert again == "skipped: ledger is run 0 COMPLETED"

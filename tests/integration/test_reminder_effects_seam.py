@@ -13,7 +13,7 @@ from teamdesk.services import tickets
 from teamdesk.tasks.context import TaskContext
 from teamdesk.tasks.processor import process_task
 from teamdesk.tasks.reminder_effects import write_reminder_effects
-from tests.integration.conftest import FakeJob
+from teamdesk.testing import FakeJob
 
 
 async def test_the_executor_writes_its_effects_through_the_contexts_step(settings, sessions,

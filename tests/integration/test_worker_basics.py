@@ -16,7 +16,7 @@ from teamdesk.db.models import (
     Ticket,
 )
 from teamdesk.services import exports, tickets
-from tests.integration.conftest import enqueue, reminder_effects, task_row
+from teamdesk.testing import enqueue, reminder_effects, task_row
 
 
 async def test_export_completes_with_csv_summary_and_expiry(sessions, demo, queue, start_worker,

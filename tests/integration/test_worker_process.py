@@ -21,12 +21,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from labs.procs import wait_until, worker_env
-from labs.timings import FAST_WORKER
 from teamdesk.config import Settings
 from teamdesk.db.models import BackgroundTask, Notification, TaskStatus, Ticket, TicketEvent
 from teamdesk.services import exports, tickets
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
+from teamdesk.testing import FAST_WORKER, wait_until, worker_env
 
 
 class Proc:

@@ -23,13 +23,8 @@ from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.services import exports, tickets
 from teamdesk.tasks.dispatcher import dispatch_tasks
 from teamdesk.tasks.queue import task_job_id
-from tests.integration.conftest import (
-    enqueue,
-    once_more_changes_nothing,
-    reminder_effects,
-    task_row,
-    worker_run,
-)
+from teamdesk.testing import enqueue, reminder_effects, task_row
+from tests.integration.conftest import once_more_changes_nothing, worker_run
 
 A_STUCK = dict(renew_lock=False, lock_duration_ms=1000, stalled_interval_ms=60_000)
 B_WATCHFUL = dict(stalled_interval_ms=100)

@@ -17,13 +17,8 @@ from sqlalchemy import update
 from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.services import exports
 from teamdesk.tasks.dispatcher import QUEUE_FAILED_ERROR, dispatch_tasks
-from tests.integration.conftest import (
-    age_task,
-    enqueue,
-    once_more_changes_nothing,
-    task_row,
-    worker_run,
-)
+from teamdesk.testing import age, enqueue, task_row
+from tests.integration.conftest import once_more_changes_nothing, worker_run
 
 A_STUCK = dict(renew_lock=False, lock_duration_ms=1000, stalled_interval_ms=60_000)
 
@@ -78,7 +73,7 @@ async def test_late_failed_callback_cannot_fail_the_new_execution(
     assert await queue.remove(job.id) == 1  # record loss
     await a.close()  # A's process is gone; its old callback may still be in flight
 
-    await age_task(sessions, task.id, 121)
+    await age(sessions, task.id, 121)
     first = await dispatch_tasks(queue, settings)
     assert first.recovered_stale == 1
     assert (await task_row(sessions, task.id))["status"] == TaskStatus.WAITING
@@ -135,7 +130,7 @@ async def test_stalled_over_the_limit_then_two_scans(settings, sessions, demo, q
     row = await task_row(sessions, task.id)
     assert row["status"] == TaskStatus.RUNNING  # the queue's word alone changes nothing
 
-    await age_task(sessions, task.id, 121)
+    await age(sessions, task.id, 121)
     first = await dispatch_tasks(queue, settings)
     row = await task_row(sessions, task.id)
     assert first.recovered_stale == 1

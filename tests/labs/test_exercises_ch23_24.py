@@ -137,15 +137,15 @@ async def test_stale_check_seam_defaults_to_the_products_check(lab):
     reminder run by the real processor with a plain context completes as a no-op."""
     from datetime import UTC, datetime
 
-    from labs.scenes.ch26a import StandInJob
     from teamdesk.tasks.context import TaskContext
     from teamdesk.tasks.processor import process_task
+    from teamdesk.testing import FakeJob
 
     ctx = TaskContext(settings=lab.settings, actor="J")
     assert ctx.stale_check is None
     ticket, old = await lab.create_ticket("Seam default", due_at=datetime.now(UTC))
     await lab.set_due_date(ticket.id, datetime.now(UTC))
-    await process_task(StandInJob(old.id), None, ctx)
+    await process_task(FakeJob(old.id), None, ctx)
     row = await lab.task(old.id)
     assert row.status == "COMPLETED"
     assert row.result_summary.startswith("No reminder sent: superseded")

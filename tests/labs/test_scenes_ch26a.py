@@ -6,6 +6,7 @@ from __future__ import annotations
 from labs import tables
 from labs.scenes import ch26a
 from teamdesk.tasks.processor import TaskContext, process_task
+from teamdesk.testing import FakeJob
 
 
 async def test_stand_in_executions_classify_like_the_book(lab):
@@ -16,7 +17,7 @@ async def test_stand_in_executions_classify_like_the_book(lab):
     task = await lab.request_export({"status": ["OPEN"]}, user="ben")
     rows = []
     for made in range(3):
-        job = ch26a.StandInJob(task.id, attempts_made=made, fail_at=ch26a.every_report)
+        job = FakeJob(task.id, attempts_made=made, fail_at=ch26a.every_report)
         raised = await ch26a.raised_by(process_task(job, None, ctx))
         rows.append(await ch26a.after_execution(lab, task.id, made, raised))
     assert [r["status"] for r in rows] == ["WAITING", "WAITING", "FAILED"]

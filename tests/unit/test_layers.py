@@ -2,7 +2,9 @@
 product (`teamdesk`) imports neither the dev environment (`devkit`) nor the harness
 (`labs`); the dev environment does not import the harness; no package's sibling modules
 import each other in a circle; the executors and their context do not import the
-processor or the worker that runs them (STYLE: one module per concept).
+processor or the worker that runs them (STYLE: one module per concept); no runtime module
+imports the product's test kit (`teamdesk.testing`). Imports made for type checking only
+never run and are not counted.
 
 The contracts are proven to bite on a copy of the three packages with forbidden imports
 added: a contract that reports nothing there would keep nothing here either.
@@ -28,7 +30,7 @@ def _lint(cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_contracts_hold():
     out = _lint(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Contracts: 3 kept, 0 broken." in out.stdout
+    assert "Contracts: 4 kept, 0 broken." in out.stdout
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -53,12 +55,12 @@ def _broken(out: subprocess.CompletedProcess[str]) -> str:
 def test_a_product_module_importing_the_dev_environment_is_reported(tmp_path):
     copy = _copy(tmp_path)
     (copy / "teamdesk" / "leak.py").write_text("from devkit import services\n")
-    (copy / "devkit" / "leak.py").write_text("import labs.faults\n")
+    (copy / "devkit" / "leak.py").write_text("import labs.names\n")
     out = _lint(copy, PYTHONPATH=str(copy))
-    assert "Contracts: 2 kept, 1 broken." in out.stdout, out.stdout
+    assert "Contracts: 3 kept, 1 broken." in out.stdout, out.stdout
     report = _broken(out)
     assert "teamdesk.leak -> devkit.services" in report
-    assert "devkit.leak -> labs.faults" in report
+    assert "devkit.leak -> labs.names" in report
 
 
 def test_a_cycle_and_an_executor_importing_the_processor_are_reported(tmp_path):
@@ -67,10 +69,24 @@ def test_a_cycle_and_an_executor_importing_the_processor_are_reported(tmp_path):
             "from devkit.services import api  # a cycle: paths -> api -> paths")
     _append(copy / "teamdesk" / "tasks" / "context.py", "import teamdesk.tasks.processor")
     out = _lint(copy, PYTHONPATH=str(copy))
-    assert "Contracts: 1 kept, 2 broken." in out.stdout, out.stdout
+    assert "Contracts: 2 kept, 2 broken." in out.stdout, out.stdout
     report = _broken(out)
     assert "No cycles are allowed in devkit.services" in report
     assert "teamdesk.tasks.context -> teamdesk.tasks.processor" in report
+
+
+def test_a_runtime_module_importing_the_test_kit_is_reported(tmp_path):
+    copy = _copy(tmp_path)
+    _append(copy / "teamdesk" / "cli.py", "from teamdesk.testing import Gate")
+    _append(copy / "devkit" / "world.py", "import teamdesk.testing")
+    # For type checking only: never run, so no room is crossed.
+    _append(copy / "teamdesk" / "config.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from labs.lab import Lab")
+    out = _lint(copy, PYTHONPATH=str(copy))
+    assert "Contracts: 3 kept, 1 broken." in out.stdout, out.stdout
+    report = _broken(out)
+    assert "teamdesk.cli -> teamdesk.testing" in report
+    assert "devkit.world -> teamdesk.testing" in report
 
 
 def test_the_product_alone_asks_for_its_servers_in_one_line():
