@@ -34,7 +34,7 @@ from teamdesk.config import Settings
 from teamdesk.redaction import redact, redact_text
 
 if TYPE_CHECKING:
-    from teamdesk.tasks.runner import WorkerHook
+    pass
 
 
 def embedded_settings() -> Settings:
@@ -191,15 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     return product.build_parser(COMMANDS, description=__doc__.split("\n\n")[0])
 
 
-def main(argv: Sequence[str] | None = None, *, on_worker: WorkerHook | None = None) -> int:
-    """The `teamdesk` command (the console script). `on_worker` applies to `worker` only
-    (see `teamdesk.cli.main`). A command ends the owner claim it made on the embedded
-    services — not one this process held before it ran (a program that calls `main`
-    in-process keeps its own)."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `teamdesk` command (the console script). A command ends the owner claim it made
+    on the embedded services — not one this process held before it ran (a program that
+    calls `main` in-process keeps its own)."""
     held = services.registered_owner()
     try:
         return product.main(argv, commands=COMMANDS, description=__doc__.split("\n\n")[0],
-                            resolve_settings=embedded_settings, on_worker=on_worker)
+                            resolve_settings=embedded_settings)
     except services.ServiceError as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2
         return 2

@@ -3,11 +3,11 @@
     python -m labs.counterexample_worker legacy-failed-listener worker --name w1 ...
     python -m labs.counterexample_worker lease-less-export worker --name w1 ...
 
-The product is not changed, and none of its names is rebound: this entry point runs the
-ordinary `teamdesk` command line with the remaining arguments and passes it a worker hook
-(`teamdesk.cli.main(argv, on_worker=...)` → `run_worker_process`, W1's worker), which adds
-the counterexample to the process's task worker before it takes a job, or a fence
-(`teamdesk.cli.main(argv, fence=...)`, the `fence=` seam of `create_task_worker`, P3).
+The product is not changed, and none of its names is rebound: the remaining arguments are
+the product's `worker` options, and the counterexample goes through the worker process's
+seams (`labs.worker_entry` → `runner.worker_main(seams=...)`): a worker hook
+(`Seams(on_worker=...)`, W1's worker) that adds it to the process's task worker before it
+takes a job, or a fence (`Seams(fence=...)`, the `fence=` of `create_task_worker`, P3).
 Only processes started this way (by `labs.chaos` with `ChaosConfig(counterexample=...)`,
 through `labs.chaos.worker`) carry it.
 
@@ -23,9 +23,8 @@ row count looked at (the book, ch. 26 §4: "最终 CSV 写入也带 lease+RUNNIN
 无条件覆盖新结果" — with the lease, an old result cannot overwrite the new one; without
 it, it can). An old execution E1 that wakes up after E2 took the task over writes its
 CSV over E2's newer lease or result (breaks P3, P5; `task_id + run` is not a lease, W2).
-It goes through the worker's `fence=` seam (`teamdesk.cli.main(argv, fence=...)` →
-`run_worker_process` → `create_task_worker`); every other fenced write keeps the
-product's `leased_update`.
+It goes through the worker's fence seam (`Seams(fence=...)` → `run_worker_process` →
+`create_task_worker`); every other fenced write keeps the product's `leased_update`.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import psycopg
 
 from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import Ledger
-from teamdesk.tasks.runner import WorkerHook
+from teamdesk.tasks.runner import PRODUCT, Seams, WorkerHook
 from teamdesk.tasks.worker import TaskWorker, is_exhausted
 
 log = logging.getLogger("labs.counterexample")
@@ -127,13 +126,14 @@ FENCES: dict[str, Fence] = {"lease-less-export": leaseless_export}
 NAMES: tuple[str, ...] = (*COUNTEREXAMPLES, *FENCES)
 
 
-def change(name: str | None) -> tuple[WorkerHook | None, Fence | None]:
-    """(hook, fence) that switch counterexample `name` on; (None, None) for none."""
+def seams_for(name: str | None) -> Seams:
+    """The worker process's seams that switch counterexample `name` on; the product's own
+    parts for None."""
     if name is None:
-        return None, None
+        return PRODUCT
     if name not in NAMES:
         raise ValueError(f"unknown counterexample {name!r}; choose from {NAMES}")
-    return COUNTEREXAMPLES.get(name), FENCES.get(name)
+    return Seams(on_worker=COUNTEREXAMPLES.get(name), fence=FENCES.get(name, leased_update))
 
 
 def main(argv: list[str]) -> int:
@@ -141,10 +141,10 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m labs.counterexample_worker {{{','.join(NAMES)}}} "
               "worker [teamdesk worker options]", file=sys.stderr)
         return 2
-    from teamdesk.cli import main as teamdesk_main
+    from labs.worker_entry import run_worker
 
-    hook, fence = change(argv[0])
-    return teamdesk_main(argv[1:], on_worker=hook, fence=fence)
+    return run_worker(argv[1:], seams_for(argv[0]),
+                      prog=f"python -m labs.counterexample_worker {argv[0]}")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ exercise, for one judged run only.
 
 `<drain.py>` defines the drain (`async def …(stopping) -> int`, a
 `teamdesk.tasks.runner.Drain`) and names it `DRAIN = …`; `EXIT_DRAIN_TIMEOUT` is already
-bound for it. This entry point runs the ordinary `teamdesk` command line with the remaining
-arguments and passes the drain through the product's seam (`teamdesk.cli.main(argv,
-drain=...)` → `run_worker_process`, W4): nothing of the product is rebound, and every
-other step of the process is the product's own.
+bound for it. The remaining arguments are the product's `worker` options; the drain goes
+through the worker process's seam (`Seams(drain=...)` → `run_worker_process`, W4, by
+`labs.worker_entry`): nothing of the product is rebound, and every other step of the
+process is the product's own.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, Drain
+from labs.worker_entry import run_worker
+from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, Drain, Seams
 
 
 def load_drain(path: Path) -> Drain:
@@ -34,9 +35,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m labs.drain_worker <drain.py> worker [teamdesk worker options]",
               file=sys.stderr)
         return 2
-    from teamdesk.cli import main as teamdesk_main
-
-    return teamdesk_main(argv[1:], drain=load_drain(Path(argv[0])))
+    return run_worker(argv[1:], Seams(drain=load_drain(Path(argv[0]))),
+                      prog="python -m labs.drain_worker <drain.py>")
 
 
 if __name__ == "__main__":

@@ -18,18 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from teamdesk.config import Settings
 from teamdesk.errors import TeamDeskError
-from teamdesk.redaction import redact, redact_text
-
-if TYPE_CHECKING:
-    from teamdesk.tasks.lease import Fence
-    from teamdesk.tasks.runner import Drain, WorkerHook
+from teamdesk.redaction import redact_text
 
 #: How a command gets its settings with both URLs filled in. The product's own reads the
 #: environment (`settings_from_env`); the dev environment passes one that starts, or
@@ -178,64 +172,23 @@ def configure_logging(level: str) -> None:
                         datefmt="%H:%M:%S")
 
 
-def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver, *,
-               on_worker: WorkerHook | None = None, fence: Fence | None = None,
-               drain: Drain | None = None) -> int:
-    """`teamdesk worker`; `on_worker`, `fence` and `drain` go to `run_worker_process`
-    (`runner.WorkerHook`; the fence of its task worker, P3 — None: the product's;
-    `runner.Drain`, W4 — None: the product's)."""
-    from redis.exceptions import RedisError
+def worker_settings(args: argparse.Namespace, resolve: SettingsResolver) -> Settings:
+    """The settings `teamdesk worker` runs with: the resolved ones, with `--concurrency` and
+    `--drain-timeout` applied."""
+    changes: dict[str, object] = {}
+    if args.concurrency is not None:
+        changes["worker_concurrency"] = args.concurrency
+    if args.drain_timeout is not None:
+        changes["drain_timeout_s"] = args.drain_timeout
+    return resolve().replace(**changes)
 
-    from teamdesk.tasks.lease import leased_update
-    from teamdesk.tasks.runner import run_worker_process
 
-    # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
-    # is a request to stop, not a reason to die by the default action: remember it, and
-    # the worker drains (nothing to drain yet) and exits 0. The loop's handlers are
-    # `run_worker_process`'s; until they are in, this one also sets the loop's `stop`, so
-    # no signal falls between the two.
-    early: list[int] = []
-    stop: asyncio.Event | None = None
-
-    def on_early_signal(signum: int, frame: object) -> None:
-        early.append(signum)
-        if stop is not None:
-            stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_early_signal)
-
-    async def run(settings: Settings) -> int:
-        nonlocal stop
-        stop = asyncio.Event()
-        if early:
-            stop.set()
-        return await run_worker_process(settings, name=args.name, stop=stop,
-                                        on_worker=on_worker, fence=fence or leased_update,
-                                        drain=drain)
+def cmd_worker(args: argparse.Namespace, resolve: SettingsResolver) -> int:
+    """`teamdesk worker`: the product's worker process (`runner.worker_main`, W4)."""
+    from teamdesk.tasks.runner import worker_main
 
     configure_logging(args.log_level)
-    settings = None
-    try:
-        settings = resolve()
-        changes: dict[str, object] = {}
-        if args.concurrency is not None:
-            changes["worker_concurrency"] = args.concurrency
-        if args.drain_timeout is not None:
-            changes["drain_timeout_s"] = args.drain_timeout
-        settings = settings.replace(**changes)
-        if early:
-            print("teamdesk: stop requested while starting; the worker did not start",
-                  file=sys.stderr)
-            return 0
-        return asyncio.run(run(settings))
-    except (RedisError, OSError) as err:
-        # A supervisor restarts us; the operator gets one line, not a traceback (S2:
-        # the URL and the driver's text are redacted).
-        where = redact(settings.redis_url) if settings else "(not resolved)"
-        print(f"teamdesk: cannot start the worker, Redis at {where} is not "
-              f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
-        return 2
+    return worker_main(functools.partial(worker_settings, args, resolve), name=args.name)
 
 
 # ---------------------------------------------------------------- the parser
@@ -331,28 +284,18 @@ def build_parser(commands: Sequence[AddCommand] = PRODUCT_COMMANDS, *,
 
 def main(argv: Sequence[str] | None = None, *, commands: Sequence[AddCommand] | None = None,
          description: str | None = None, resolve_settings: SettingsResolver | None = None,
-         on_worker: WorkerHook | None = None, fence: Fence | None = None,
-         drain: Drain | None = None) -> int:
+         ) -> int:
     """The `teamdesk` command. `commands` and `description` make its parser
     (`build_parser`); `resolve_settings` gives each command its servers (default: the
-    environment's URLs, `settings_from_env`). `on_worker` applies to `worker` only: a hook
-    that sees the process's task worker before it starts (`teamdesk.tasks.runner.WorkerHook`);
-    a lab's entry point (`labs.counterexample_worker`) passes one, the command line never does.
-    `fence`, for `worker` only too, is the fence of the process's task worker
-    (`runner.run_worker_process`, P3); None (always, from the command line) is the product's.
-    `drain`, for `worker` only too, is the process's shutdown order (`runner.Drain`, W4);
-    None (always, from the command line) is the product's; a lab exercise's entry point
-    (`labs.drain_worker`) passes a learner's."""
+    environment's URLs, `settings_from_env`). Everything else is on the command line: a
+    worker with parts other than the product's is a lab's entry point, which calls
+    `runner.worker_main` itself (`labs.worker_entry`)."""
     parser = build_parser(commands or PRODUCT_COMMANDS, description=description)
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)
     if check is not None:
         check(parser, args)
     func = args.func
-    if on_worker is not None or fence is not None or drain is not None:
-        if func is not cmd_worker:
-            parser.error("on_worker, fence and drain apply to the `worker` command only")
-        func = functools.partial(cmd_worker, on_worker=on_worker, fence=fence, drain=drain)
     try:
         return func(args, resolve_settings or settings_from_env)
     except (TeamDeskError, ValueError) as err:

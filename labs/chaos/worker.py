@@ -7,9 +7,9 @@ counterexample (`labs.counterexample_worker`).
 
 Nothing of the product is changed or rebound: the holds and the history are a probe
 handler installed through `teamdesk.probes.install` (a no-op API unless someone installs
-one), and a counterexample reaches the worker through `teamdesk.cli.main`'s `on_worker=`
-and `fence=` seams. Without `--counterexample` the process runs the product's processor,
-listeners and fence unchanged.
+one), and a counterexample reaches the worker through the worker process's seams
+(`labs.worker_entry`, `Seams(on_worker=..., fence=...)`). Without `--counterexample` the
+process runs the product's processor, listeners and fence unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labs import counterexample_worker
 from labs.chaos import holds
+from labs.worker_entry import run_worker
 
 
 def main(argv: list[str]) -> int:
@@ -33,11 +34,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.command or args.command[0] != "worker":
         parser.error("the command after the options must be `worker …`")
-    hook, fence = counterexample_worker.change(args.counterexample)
+    seams = counterexample_worker.seams_for(args.counterexample)
     holds.install(args.inflight, args.name)
-    from teamdesk.cli import main as teamdesk_main
-
-    return teamdesk_main(args.command, on_worker=hook, fence=fence)
+    return run_worker(args.command, seams, prog="python -m labs.chaos.worker …")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ SIGINT drains: the dispatch loop stops, the worker stops fetching, the running j
 `drain_timeout_s` to finish, connections close, exit 0. Past the timeout the job is
 abandoned (force close) and the process exits 3; whatever it left RUNNING is picked up
 by another worker's stall check or by the dispatcher's stale recovery (D6). That order is
-`drain_in_order`, over the steps of `Stopping`; `run_worker_process(drain=...)` takes
-another one, for a lab exercise that has a learner write it (`labs.drain_worker`).
+`drain_in_order`, over the steps of `Stopping`; `run_worker_process(seams=Seams(drain=...))`
+takes another one, for a lab exercise that has a learner write it (`labs.drain_worker`).
 
 Heartbeat: a Redis key `<prefix>:teamdesk:heartbeat:<name>` holding JSON (pid, host,
 started_at, beat_at, ticks, faults), refreshed every `heartbeat_ttl_s / 3` with a TTL of
@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -126,19 +127,32 @@ async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[st
     return out
 
 
+@dataclass(frozen=True)
+class Seams:
+    """What a worker process may be given instead of the product's own parts: one value, so
+    an entry point passes all of it in one place. `teamdesk worker` runs `PRODUCT` (the
+    command line sets none of it); a lab's entry point passes an old fence or listener for
+    one run of its own (`labs.counterexample_worker`) or a learner's drain
+    (`labs.drain_worker`)."""
+
+    #: Sees the task worker once it is built, before its first job (`WorkerHook`).
+    on_worker: WorkerHook | None = None
+    #: The function every fenced write of the task worker goes through (P3,
+    #: `create_task_worker(fence=...)`).
+    fence: Fence = leased_update
+    #: The shutdown once the stop came (W4, `Drain`); None is `drain_in_order`.
+    drain: Drain | None = None
+
+
+#: The product's own parts: what `teamdesk worker` runs.
+PRODUCT = Seams()
+
+
 async def run_worker_process(settings: Settings, *, name: str | None = None,
                              stop: asyncio.Event | None = None,
-                             on_worker: WorkerHook | None = None,
-                             fence: Fence = leased_update,
-                             drain: Drain | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code.
-    `on_worker` (see `WorkerHook`) sees the task worker before it starts. `fence` is the
-    function every fenced write of the process's task worker goes through
-    (`create_task_worker(fence=...)`, P3): the product's `leased_update`; a lab's entry
-    point passes an old fence for one run of its own (`labs.counterexample_worker`), the
-    command line never does. `drain` (see `Drain`, default `drain_in_order`) is the
-    shutdown once the stop came (W4); a lab exercise passes a learner's
-    (`labs.drain_worker`).
+                             seams: Seams = PRODUCT) -> int:
+    """Run until SIGTERM/SIGINT (or `stop` is set); returns the process exit code, with
+    the product's parts or a lab's `seams`.
 
     The loop's SIGTERM/SIGINT handlers are installed here and nowhere else (W4): they set
     `stop`. A caller that saw a signal before this loop ran (`teamdesk worker` while it
@@ -160,9 +174,9 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     # One pool for the process: a connection per concurrent job, one for the tick (D8).
     ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
     worker = await create_task_worker(settings, actor=name, ledger=ledger, start=False,
-                                      fence=fence)
-    if on_worker is not None:
-        on_worker(worker)
+                                      fence=seams.fence)
+    if seams.on_worker is not None:
+        seams.on_worker(worker)
     worker.start()
     # The tick runs on the ledger (D8); the loop's `sessions` argument is not used by it.
     # D8: a committed outbox INSERT wakes the tick at once (LISTEN, migration 0003).
@@ -194,7 +208,7 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     t0 = time.monotonic()
     log.info("worker.draining name=%s timeout_s=%s", name, settings.drain_timeout_s)
     stopping = Stopping(name, settings, ticks, worker, beating, beat_client, queue, ledger)
-    code = await (drain or drain_in_order)(stopping)
+    code = await (seams.drain or drain_in_order)(stopping)
     if uninstall_hold:
         uninstall_hold()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -207,3 +221,52 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
               "stall detection or stale recovery (D6) will pick it up", name,
               settings.drain_timeout_s, code)
     return code
+
+
+def worker_main(resolve: Callable[[], Settings], *, name: str | None = None,
+                seams: Seams = PRODUCT) -> int:
+    """A worker process from its start to its exit code: `resolve()` gives the settings
+    (servers may be started there), then `run_worker_process` until SIGTERM/SIGINT.
+    `teamdesk worker` calls it with the product's parts, a lab's entry point with its
+    `seams`. Redis or a socket failing at start is one line on stderr and exit 2 (a
+    supervisor restarts us; S2: the URL and the driver's text are redacted)."""
+    from redis.exceptions import RedisError
+
+    from teamdesk.redaction import redact, redact_text
+
+    # W4: a SIGTERM/SIGINT while we are still starting (services, imports, connections)
+    # is a request to stop, not a reason to die by the default action: remember it, and
+    # the worker drains (nothing to drain yet) and exits 0. The loop's handlers are
+    # `run_worker_process`'s; until they are in, this one also sets the loop's `stop`, so
+    # no signal falls between the two.
+    early: list[int] = []
+    stop: asyncio.Event | None = None
+
+    def on_early_signal(signum: int, frame: object) -> None:
+        early.append(signum)
+        if stop is not None:
+            stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_early_signal)
+
+    async def run(settings: Settings) -> int:
+        nonlocal stop
+        stop = asyncio.Event()
+        if early:
+            stop.set()
+        return await run_worker_process(settings, name=name, stop=stop, seams=seams)
+
+    settings = None
+    try:
+        settings = resolve()
+        if early:
+            print("teamdesk: stop requested while starting; the worker did not start",
+                  file=sys.stderr)
+            return 0
+        return asyncio.run(run(settings))
+    except (RedisError, OSError) as err:
+        where = redact(settings.redis_url) if settings else "(not resolved)"
+        print(f"teamdesk: cannot start the worker, Redis at {where} is not "
+              f"reachable ({type(err).__name__}: {redact_text(str(err))})", file=sys.stderr)
+        return 2

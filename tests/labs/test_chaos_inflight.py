@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import pytest
-
 from labs.chaos import ChaosReport, Invariant
 from labs.chaos.checker import clobbered
 from labs.chaos.holds import HOLD_POINT, Crossing, Holds, install, read_history
@@ -121,15 +119,16 @@ async def test_the_lease_less_export_writes_over_a_newer_lease_and_is_named(chao
 
 
 async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(settings):
-    """P3: `run_worker_process(fence=...)` is the fence its task worker's fenced writes go
-    through (the seam `labs.counterexample_worker` uses); without one it is the product's
-    `leased_update`. `teamdesk.cli.main(fence=...)` applies to `worker` only."""
+    """P3: `run_worker_process(seams=Seams(fence=...))` is the fence its task worker's
+    fenced writes go through (the seam `labs.counterexample_worker` uses); without one it is
+    the product's `leased_update`. The product's command line offers no seam at all."""
+    import inspect
     import signal
 
     from labs.counterexample_worker import leaseless_export
     from teamdesk import cli
     from teamdesk.tasks.lease import leased_update
-    from teamdesk.tasks.runner import run_worker_process
+    from teamdesk.tasks.runner import Seams, run_worker_process
 
     async def fence_of(**kwargs) -> object:
         stop, seen = asyncio.Event(), []
@@ -141,7 +140,7 @@ async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(set
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             code = await asyncio.wait_for(run_worker_process(
-                settings, name="fence-w", stop=stop, on_worker=hook, **kwargs), 30)
+                settings, name="fence-w", stop=stop, seams=Seams(on_worker=hook, **kwargs)), 30)
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -150,5 +149,5 @@ async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(set
 
     assert await fence_of() is leased_update
     assert await fence_of(fence=leaseless_export) is leaseless_export
-    with pytest.raises(SystemExit):
-        cli.main(["db"], fence=leaseless_export)
+    assert set(inspect.signature(cli.main).parameters) == {
+        "argv", "commands", "description", "resolve_settings"}

@@ -207,8 +207,8 @@ def _function_source(notebook: str, tag: str, name: str) -> str:
 
 
 async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
-    """W4, through the worker process's `drain=` seam (`labs.drain_worker` → `teamdesk.cli
-    .main(drain=)` → `run_worker_process`): two real processes with the drain get SIGTERM
+    """W4, through the worker process's drain seam (`labs.drain_worker` →
+    `Seams(drain=...)` → `run_worker_process`): two real processes with the drain get SIGTERM
     while an export runs. The starter (close the connections, exit 0) leaves the export
     RUNNING under its lease and says 0 after abandoning a job; the right order with a
     constant exit 0 hides the abandoned job from the supervisor; the solution keeps W4."""
@@ -241,15 +241,19 @@ async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
         "not attempted yet: write your drain into my_drain")
 
 
-def test_the_drain_seam_is_for_the_worker_command_only(capsys):
-    """W4's seam is the worker's: the command line refuses a drain for any other command."""
-    from teamdesk.cli import main
-    from teamdesk.tasks.runner import drain_in_order
+def test_the_drain_seam_is_for_the_worker_command_only(tmp_path, capsys):
+    """W4's seam is the worker process's: the drain's entry point refuses any other
+    command, and the product's own command line takes no drain."""
+    from labs.drain_worker import main
 
+    drain = tmp_path / "drain.py"
+    drain.write_text("async def d(stopping):\n    return 0\nDRAIN = d\n")
+    assert main([str(drain), "tasks"]) == 2
+    assert "usage: python -m labs.drain_worker <drain.py> worker" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
-        main(["tasks"], drain=drain_in_order)
+        main([str(drain), "worker", "--concurrency", "0"])
     assert exit_.value.code == 2
-    assert "apply to the `worker` command only" in capsys.readouterr().err
+    assert "is not a whole number of at least 1" in capsys.readouterr().err
 
 
 async def test_30_timeline_holds_what_the_swimlane_draws(lab):

@@ -21,7 +21,7 @@ from labs.lab import Lab
 from labs.procs import clear_prefix
 from teamdesk.db.models import TaskStatus
 from teamdesk.tasks.queue import task_job_id
-from teamdesk.tasks.runner import run_worker_process
+from teamdesk.tasks.runner import Seams, run_worker_process
 from teamdesk.tasks.worker import TaskWorker
 
 T = 8
@@ -93,7 +93,7 @@ async def _worker_process_with_the_legacy_listener(settings: Any) -> None:
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         code = await asyncio.wait_for(run_worker_process(
-            settings, name="seams-w", stop=stop, on_worker=hook), 30)
+            settings, name="seams-w", stop=stop, seams=Seams(on_worker=hook)), 30)
     finally:
         for sig, handler in handlers.items():  # the worker process installs its own
             signal.signal(sig, handler)
