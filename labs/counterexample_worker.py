@@ -37,18 +37,13 @@ from typing import Any
 
 import psycopg
 
+from labs.statements import LAB_QUERIES
 from teamdesk.tasks.lease import Fence, Lease, leased_update
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.runner import PRODUCT, Seams, WorkerHook
 from teamdesk.tasks.worker import TaskWorker, is_exhausted
 
 log = logging.getLogger("labs.counterexample")
-
-# The retired write: by task id + run, no lease, the error's own text.
-_LEGACY_FAILED = ("UPDATE background_tasks SET status = 'FAILED', execution_id = NULL, "
-                  "last_error = %(last_error)s "
-                  "WHERE id = %(task_id)s AND run = %(run)s AND status <> 'COMPLETED'")
-
 
 def legacy_failed_listener(ledger: Ledger, *, hold: Callable[[], Awaitable[Any]] | None = None,
                            on_write: Callable[[dict[str, Any]], None] | None = None) -> Any:
@@ -73,7 +68,7 @@ def legacy_failed_listener(ledger: Ledger, *, hold: Callable[[], Awaitable[Any]]
             values = {"task_id": data.get("taskId"), "run": data.get("run"),
                       "last_error": f"{type(err).__name__}: {err}"[:500]}
             async with ledger.fresh_connection() as conn:
-                result = await conn.execute(_LEGACY_FAILED, values)
+                result = await conn.execute(LAB_QUERIES["legacy_failed"], values)
             log.warning("counterexample.legacy_failed_write task_id=%s run=%s rows=%s",
                         data.get("taskId"), data.get("run"), result.rowcount)
             if on_write is not None:
@@ -93,16 +88,9 @@ def add_legacy_listener(worker: TaskWorker) -> None:
     log.warning("counterexample.installed legacy-failed-listener")
 
 
-# The export's writes before the lease: by task id + run, whatever the status (P3, P5
-# broken on purpose). Same SET lists as the product's `progress` and `export_result`.
-_LEASELESS = {
-    "progress": ("UPDATE background_tasks SET progress = %(progress)s "
-                 "WHERE id = %(task_id)s AND run = %(run)s"),
-    "export_result": ("UPDATE background_tasks SET status = 'COMPLETED', progress = 100, "
-                      "result_csv = %(result_csv)s, result_summary = %(result_summary)s, "
-                      "expires_at = now() + make_interval(secs => %(ttl_s)s), "
-                      "execution_id = NULL WHERE id = %(task_id)s AND run = %(run)s"),
-}
+# The export's writes before the lease (labs/queries.sql): by task id + run, whatever the
+# status (P3, P5 broken on purpose), in place of the product's statement of that name.
+_LEASELESS = {"progress": "leaseless_progress", "export_result": "leaseless_export_result"}
 
 
 async def leaseless_export(conn: Any, lease: Lease, statement: str | None = None, *,
@@ -112,7 +100,7 @@ async def leaseless_export(conn: Any, lease: Lease, statement: str | None = None
     if statement not in _LEASELESS or not isinstance(conn, psycopg.AsyncConnection):
         return await leased_update(conn, lease, statement, during=during, **values)
     params = {**values, "task_id": lease.task_id, "run": lease.run}
-    result = await conn.execute(_LEASELESS[statement], params)  # type: ignore[arg-type]
+    result = await conn.execute(LAB_QUERIES[_LEASELESS[statement]], params)
     log.warning("counterexample.leaseless_write task_id=%s run=%s execution_id=%s "
                 "during=%s rows=%s", lease.task_id, lease.run, lease.execution_id, during,
                 result.rowcount)

@@ -40,6 +40,7 @@ from typing import Any
 
 import psycopg
 
+from labs.statements import LAB_QUERIES
 from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
 from teamdesk.tasks.reminder_effects import write_reminder_effects
 
@@ -53,26 +54,6 @@ BUGS = {
                          "version as separate writes, the completion's row count ignored "
                          "(breaks P3, P10, P12)"),
 }
-
-# The book's old reminder effects (ch. 26 §5), one statement each. The notification's
-# unique constraint (ticket, revision, recipient) skips a duplicate instead of failing the
-# transaction — so the event and the version bump after it still go up.
-_OLD_NOTIFICATION = (
-    "INSERT INTO notifications (ticket_id, team_id, reminder_revision, recipient_id, message) "
-    "VALUES (%(ticket_id)s, %(team_id)s, %(revision)s, %(recipient_id)s, %(message)s) "
-    "ON CONFLICT DO NOTHING")
-_OLD_EVENT = (
-    "INSERT INTO ticket_events (ticket_id, team_id, kind, actor_id, data) "
-    "VALUES (%(ticket_id)s, %(team_id)s, 'reminder_sent', NULL, jsonb_build_object("
-    "'revision', %(revision)s::int, 'recipient', %(recipient_id)s::text))")
-_OLD_VERSION = "UPDATE tickets SET version = version + 1 WHERE id = %(ticket_id)s"
-
-
-# The status-only guard finds whoever holds the run now and writes under that lease:
-# the same rows a `WHERE id AND run AND status = 'RUNNING'` UPDATE would change.
-_HOLDER = ("SELECT execution_id FROM background_tasks "
-           "WHERE id = %(task_id)s AND run = %(run)s AND status = 'RUNNING'")
-
 
 @dataclass(eq=False)
 class Switch:
@@ -172,9 +153,10 @@ class LabReminderEffects:
         switch = self.board.active(self.actor)
         if switch is None or switch.bug != "separate-effects":
             return await write_reminder_effects(conn, **values)
-        notified = (await conn.execute(_OLD_NOTIFICATION, values)).rowcount
-        await conn.execute(_OLD_EVENT, values)
-        await conn.execute(_OLD_VERSION, values)
+        # The book's old effects (ch. 26 §5), one statement each (labs/queries.sql).
+        notified = (await conn.execute(LAB_QUERIES["old_notification"], values)).rowcount
+        await conn.execute(LAB_QUERIES["old_event"], values)
+        await conn.execute(LAB_QUERIES["old_version"], values)
         if notified != 1:
             switch.effects.append("notification: a duplicate, skipped by the unique "
                                   "constraint; event and version written again")
@@ -196,7 +178,9 @@ async def _forgot_row_count(switch: Switch, conn: Any, held: Lease, statement: s
 async def _status_only_guard(switch: Switch, conn: Any, held: Lease, statement: str | None,
                              *, during: str, **values: Any) -> None:
     if isinstance(conn, psycopg.AsyncConnection):
-        cur = await conn.execute(_HOLDER, {"task_id": held.task_id, "run": held.run})
+        # Whoever holds the run now: written under that lease (labs/queries.sql).
+        cur = await conn.execute(LAB_QUERIES["run_holder"],
+                                 {"task_id": held.task_id, "run": held.run})
         holder = await cur.fetchone()
         if holder is not None and holder[0] != held.execution_id:
             switch.effects.append(f"{during}: written under {holder[0][:8]}'s lease, "

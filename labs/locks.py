@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from labs import statements
 from teamdesk.db.engine import create_engine, session_factory
 from teamdesk.db.locks import team_lock_key_parts
 
@@ -35,19 +35,6 @@ T = TypeVar("T")
 #: PostgreSQL's error code for "lock_timeout expired" (lock_not_available).
 LOCK_NOT_AVAILABLE = "55P03"
 
-#: The team lock's holders: an advisory lock with one bigint key (objsubid 1), shown by
-#: `pg_locks` as its high (classid) and low (objid) 32 bits — `team_lock_key_parts`.
-HOLDERS_SQL = text("""
-SELECT a.pid, a.state, a.application_name,
-       round(extract(epoch FROM clock_timestamp() - a.xact_start)::numeric, 1) AS in_tx_s,
-       left(regexp_replace(a.query, '\\s+', ' ', 'g'), 70) AS last_query
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::bigint = :hi AND l.objid::bigint = :lo
-""")
-
-
 class TeamLockBusy(TimeoutError):
     """A bounded wait for the team lock gave up; the message names the holder."""
 
@@ -57,7 +44,8 @@ async def holders(lab: Lab) -> list[dict[str, Any]]:
     transaction, start of the last statement)."""
     async with lab.sessions() as s:
         hi, lo = team_lock_key_parts(lab.team)
-        return [dict(r._mapping) for r in await s.execute(HOLDERS_SQL, {"hi": hi, "lo": lo})]
+        return [dict(r._mapping) for r in
+                await statements.run(s, "team_lock_holders", {"hi": hi, "lo": lo})]
 
 
 #: Probe points that lie inside the team-locked reminder transaction (`teamdesk.probes`):
@@ -112,22 +100,9 @@ async def bounded(lab: Lab, action: Callable[[AsyncSession], Awaitable[T]], *,
         await engine.dispose()
 
 
-#: Who waits on a lock in an UPDATE of the ledger, and who blocks it (ch. 26 §5, P12: a
-#: claim waiting on the row lock of a completion that has not committed yet).
-ROW_LOCK_WAITS_SQL = text("""
-SELECT b.state AS blocker_state, left(b.query, 60) AS blocker_query,
-       (SELECT array_agg(l.locktype::text) FROM pg_locks l
-         WHERE l.pid = w.pid AND NOT l.granted) AS waiting_for
-FROM pg_stat_activity w
-CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid)
-JOIN pg_stat_activity b ON b.pid = bp.pid
-WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'
-  AND w.query ILIKE '%update%background_tasks%'
-""")
-
-
 async def row_lock_waits(lab: Lab) -> list[dict[str, Any]]:
     """Backends of `lab`'s database whose UPDATE of `background_tasks` waits on a lock:
     what they wait for (`transactionid` = a row lock) and the blocker's state and query."""
     async with lab.sessions() as s:
-        return [dict(r) for r in (await s.execute(ROW_LOCK_WAITS_SQL)).mappings().all()]
+        return [dict(r) for r in (await statements.run(
+            s, "row_lock_waits", {"waiting_query": "%update%background_tasks%"})).mappings().all()]

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from labs import statements
 from labs.chaos.holds import Crossing
 from labs.chaos.plan import EXPORT_TEAM, REMINDER_TEAM
 from labs.chaos.workload import Expected, fingerprint
@@ -264,12 +265,10 @@ async def _reminder_facts(sessions: async_sessionmaker[AsyncSession]) -> _Remind
     async with sessions() as s:
         tickets = {t.id: t for t in (await s.scalars(
             select(Ticket).where(Ticket.team_id == REMINDER_TEAM))).all()}
-        notes = Counter({(r[0], r[1]): r[2] for r in (await s.execute(text(
-            "SELECT ticket_id, reminder_revision, count(*) FROM notifications "
-            "WHERE team_id = :team GROUP BY 1, 2"), {"team": REMINDER_TEAM})).all()})
-        events = (await s.execute(text(
-            "SELECT ticket_id, kind, data FROM ticket_events WHERE team_id = :team"),
-            {"team": REMINDER_TEAM})).all()
+        team = {"team": REMINDER_TEAM}
+        notes = Counter({(r[0], r[1]): r[2] for r in
+                         (await statements.run(s, "reminder_notifications", team)).all()})
+        events = (await statements.run(s, "reminder_events", team)).all()
     sent: Counter = Counter()
     business: Counter = Counter()
     for ticket_id, kind, data in events:

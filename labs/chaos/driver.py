@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from labs import statements
 from labs.chaos.checker import completed_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.guards import RedisRestart
@@ -113,9 +113,7 @@ class Driver:
     async def lease(self, task_id: str) -> tuple[str, str | None] | None:
         """(status, execution_id) of a task in the ledger now."""
         async with self.sessions() as s:
-            row = (await s.execute(text(
-                "SELECT status::text, execution_id FROM background_tasks WHERE id = :id"),
-                {"id": task_id})).first()
+            row = (await statements.run(s, "lease_of", {"id": task_id})).first()
         return None if row is None else (row[0], row[1])
 
     @contextlib.asynccontextmanager
@@ -506,8 +504,7 @@ class Driver:
         last = 0.0
         while True:
             async with self.sessions() as s:
-                counts = dict((await s.execute(text(
-                    "SELECT status::text, count(*) FROM background_tasks GROUP BY 1"))).all())
+                counts = dict((await statements.run(s, "status_counts")).all())
             open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)
             elapsed = time.monotonic() - started
             if open_ == 0 and sum(counts.values()) >= total:

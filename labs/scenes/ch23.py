@@ -26,18 +26,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from devkit.i18n import say
-from labs import private_redis, tables
+from labs import private_redis, statements, tables
 from labs.cases import CaseSpec
 from labs.history import History
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks import dispatcher
 from teamdesk.tasks.dispatch_loop import DispatchLoop
-from teamdesk.tasks.dispatcher import scan_query
-from teamdesk.tasks.ledger import Ledger
+from teamdesk.tasks.ledger import QUERIES, Ledger
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
@@ -47,13 +46,21 @@ if TYPE_CHECKING:
 async def scan_preview(lab: Lab, names: Names, *, limit: int | None = None,
                        later: float = 0) -> list[str]:
     """Which rows the dispatcher's scan (D1) would pick now, or `later` seconds from now,
-    by name, without enqueueing anything: the product's own scan statement
-    (`scan_query`), with `limit` in place of the batch size (100)."""
-    settings = lab.settings if limit is None else lab.settings.replace(
-        dispatch_batch_size=limit)
-    now = datetime.now(UTC) + timedelta(seconds=later)
+    by name, without enqueueing anything: the product's own `scan` statement, with
+    `limit` in place of the batch size (100). The scan compares in the database's clock,
+    which cannot be moved; so for `later` every WAITING row's clocks move back instead,
+    in a transaction that is rolled back (nothing is written)."""
+    params = {"limit": lab.settings.dispatch_batch_size if limit is None else limit,
+              "age_s": float(lab.settings.redispatch_age_s)}
     async with lab.sessions() as s:
-        return [names.of(r.id) for r in await s.execute(scan_query(settings, now))]
+        try:
+            if later:
+                await statements.run(s, "waiting_seconds_earlier", {"later_s": float(later)})
+            conn = await s.connection()
+            rows = await conn.exec_driver_sql(QUERIES["scan"], params)
+            return [names.of(r.id) for r in rows]
+        finally:
+            await s.rollback()
 
 
 async def outbox_rows(lab: Lab, names: Names, ticket: Ticket,
@@ -493,22 +500,12 @@ async def reminders_due_tomorrow(lab: Lab, n: int) -> list[BackgroundTask]:
     return tasks
 
 
-#: The D1 scan without `NULLS FIRST`: PostgreSQL sorts NULL last in an ascending order,
-#: so never-dispatched rows would queue behind every row due for a re-check.
-_WITHOUT_NULLS_FIRST = text("""
-SELECT id FROM background_tasks
- WHERE status = 'WAITING'
-   AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :age_s))
- ORDER BY dispatched_at ASC, run_at ASC, id
- LIMIT :limit""")
-
-
 async def without_nulls_first(lab: Lab, names: Names) -> list[str]:
     """Which rows a scan ordered `dispatched_at ASC, run_at ASC` — without `NULLS FIRST` —
     would pick now, by name: the counterfactual of the book's fairness argument (a read,
     nothing enqueued)."""
     async with lab.sessions() as s:
-        rows = await s.execute(_WITHOUT_NULLS_FIRST, {
+        rows = await statements.run(s, "scan_without_nulls_first", {
             "age_s": float(lab.settings.redispatch_age_s),
             "limit": lab.settings.dispatch_batch_size})
         return [names.of(r.id) for r in rows]

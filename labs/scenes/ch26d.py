@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
+from labs import statements
 from labs.cases import CaseSpec
 from labs.counterexample_worker import legacy_failed_listener
 from labs.history import History
@@ -267,12 +268,8 @@ async def late_failure(lab: Lab, *, legacy: bool, filters: dict[str, Any]
 async def idle_s(lab: Lab, task_id: str) -> float:
     """How long the task's `updated_at` has not moved, in seconds — in the database's
     clock, the one D6's 120 s threshold is measured in."""
-    from sqlalchemy import text
-
     async with lab.sessions() as s:
-        return float(await s.scalar(text(
-            "SELECT extract(epoch FROM now() - updated_at) FROM background_tasks "
-            "WHERE id = :id"), {"id": task_id}))
+        return float((await statements.run(s, "idle_seconds", {"id": task_id})).scalar_one())
 
 
 async def _quiet(lab: Lab) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from devkit.i18n import say
+from labs.statements import LAB_QUERIES
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -41,7 +42,7 @@ def task_count(lab: Lab) -> int:
     """The number of ledger rows in this world's own database (psycopg, no lab session:
     the count must not depend on the harness it checks)."""
     with psycopg.connect(lab.settings.database_url) as conn:
-        return conn.execute("SELECT count(*) FROM background_tasks").fetchone()[0]
+        return conn.execute(LAB_QUERIES["task_count"]).fetchone()[0]
 
 
 def _uses(line: str, fixture: str) -> bool:
@@ -198,7 +199,7 @@ async def _one_test(fixture: Callable[[Any], Any], base: Any, name: str,
                 await dispatch_tasks(queue, settings)
                 await barrier.wait()  # every test has written before any looks
                 with psycopg.connect(settings.database_url) as conn:
-                    rows = conn.execute("SELECT count(*) FROM background_tasks").fetchone()[0]
+                    rows = conn.execute(LAB_QUERIES["task_count"]).fetchone()[0]
                 jobs = (await queue.getJobCounts("waiting"))["waiting"]
                 if fails:
                     raise FailedOnPurpose(f"test {name} fails after writing")
@@ -297,8 +298,7 @@ async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
     dbs = {name: _db_name(s.database_url) for name, s in ours.items()}
     with psycopg.connect(base.database_url.rsplit("/", 1)[0] + "/postgres") as conn:
         existing = {row[0] for row in conn.execute(
-            "SELECT datname FROM pg_database WHERE datname = ANY(%s)",
-            (sorted(set(dbs.values()) - {base_db}),))}
+            LAB_QUERIES["databases_left"], {"names": sorted(set(dbs.values()) - {base_db})})}
     client = aioredis.Redis.from_url(base.redis_url, decode_responses=True)
     try:
         keys = {p: len([k async for k in client.scan_iter(match=f"{p}:*")])

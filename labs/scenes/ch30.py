@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
+from labs import statements
 from labs.history import History
 from labs.procs import WorkerProc, wait_until
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
@@ -277,12 +278,8 @@ def _drain_file(drain: Any, folder: Path) -> Path:
 
 
 async def _row(world: Any, task_id: str) -> tuple[str, str | None, int, Any]:
-    from sqlalchemy import text
-
     async with world.sessions() as session:
-        row = (await session.execute(text(
-            "SELECT status, execution_id, attempts, dispatched_at FROM background_tasks "
-            "WHERE id = :id"), {"id": task_id})).one()
+        row = (await statements.run(session, "task_clock", {"id": task_id})).one()
     return row[0], row[1], row[2], row[3]
 
 

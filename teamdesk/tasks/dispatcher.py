@@ -51,21 +51,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
-from sqlalchemy import TextClause, text
 
 from teamdesk import probes
 from teamdesk.config import Settings
-from teamdesk.tasks.ledger import QUERIES, Ledger, execute, fetch_all, fetch_one
+from teamdesk.tasks.ledger import Ledger, execute, fetch_all, fetch_one
 from teamdesk.tasks.queue import JOB_NAME, can_look_up_in_bulk, job_states, task_job_id
-from teamdesk.tasks.reconcile import QUEUED_STATES, Decision, decide
+from teamdesk.tasks.reconcile import Decision, decide
 
 log = logging.getLogger("teamdesk.dispatcher")
 
@@ -159,9 +156,6 @@ class _Row:
     execution_id: str | None
     #: D2's `max(0, run_at - now)`, computed by the database in its own clock.
     delay_ms: int
-    #: Found by the re-check half of the scan (dispatched before): its job most likely
-    #: exists and is queued, so its state is asked first (see `_Tick.reconcile_one`).
-    rechecked: bool = False
 
 
 async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
@@ -172,22 +166,7 @@ async def scan(conn: psycopg.AsyncConnection, settings: Settings) -> list[_Row]:
     query walked every WAITING entry when nothing was due (9.3 ms at 1M rows)."""
     rows = await fetch_all(conn, "scan", {"limit": settings.dispatch_batch_size,
                                           "age_s": float(settings.redispatch_age_s)})
-    return [_Row(r.id, r.run, r.execution_id, r.delay_ms, r.rechecked) for r in rows]
-
-
-def scan_query(settings: Settings, now: datetime | None = None) -> TextClause:
-    """The D1 scan as a SQLAlchemy statement, for labs and notebooks that preview which
-    rows a tick would pick (`session.execute(scan_query(settings))`). The same text as the
-    dispatcher's `scan` statement; with `now`, the database's `now()` is replaced by that
-    instant, to preview the scan at another moment. The dispatcher itself never does
-    that: it compares in the database's clock (D6 made precise)."""
-    sql_text = re.sub(r"%\((\w+)\)s", r":\1", QUERIES["scan"])
-    params: dict[str, Any] = {"limit": settings.dispatch_batch_size,
-                              "age_s": float(settings.redispatch_age_s)}
-    if now is not None:
-        sql_text = sql_text.replace("now()", "CAST(:now AS timestamptz)")
-        params["now"] = now
-    return text(sql_text).bindparams(**params)
+    return [_Row(r.id, r.run, r.execution_id, r.delay_ms) for r in rows]
 
 
 async def dispatch_tasks(
@@ -423,13 +402,6 @@ class _Tick:
     async def reconcile_one(self, row: _Row) -> Decision:
         """D4 for one row, with the per-job calls a queue without bulk reads offers."""
         job_id = task_job_id(row.id, row.run)
-        get_state = getattr(self.queue, "getJobState", None)
-        if row.rechecked and get_state is not None:
-            # A re-checked row's job is usually still queued (a backlog older than the
-            # re-dispatch age): one state call decides that case, without loading and
-            # parsing the job. Any other answer takes the full path below.
-            if await self._bounded(f"getJobState({job_id})", get_state(job_id)) in QUEUED_STATES:
-                return Decision.REFRESH
         job = await self._bounded(f"getJob({job_id})", self.queue.getJob(job_id))
         state = (None if job is None
                  else await self._bounded(f"getState({job_id})", job.getState()))

@@ -171,9 +171,9 @@ VALUES (%(ticket_id)s, %(team_id)s, 'reminder_sent', NULL,
 -- stops at the cutoff). UNION ALL is executed child by child (an Append node), so the
 -- outer LIMIT stops before the second half when the first fills the batch, and the rows
 -- come out in that order. Nothing due costs two index probes; the old single
--- `IS NULL OR <` condition walked every WAITING entry. `rechecked` says which half.
-SELECT id, run, execution_id, delay_ms, rechecked
-  FROM ((SELECT id, run, execution_id, false AS rechecked,
+-- `IS NULL OR <` condition walked every WAITING entry.
+SELECT id, run, execution_id, delay_ms
+  FROM ((SELECT id, run, execution_id,
                 greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
                     AS delay_ms
            FROM background_tasks
@@ -181,7 +181,7 @@ SELECT id, run, execution_id, delay_ms, rechecked
           ORDER BY run_at
           LIMIT %(limit)s)
         UNION ALL
-        (SELECT id, run, execution_id, true AS rechecked,
+        (SELECT id, run, execution_id,
                 greatest(0, floor(extract(epoch FROM run_at - now()) * 1000))::bigint
                     AS delay_ms
            FROM background_tasks

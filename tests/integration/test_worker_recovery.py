@@ -3,7 +3,7 @@
 
 "Aging `updated_at`" compresses the 120 s recovery clock (D6) rather than waiting for it;
 removing one job record simulates record loss, not a whole-Redis loss (that one is in
-test_dispatcher.py). The counterexample run of test 2 installs the *old* ledger-writing
+test_dispatch_redis_faults.py). The counterexample run of test 2 installs the *old* ledger-writing
 `failed` listener and shows the corruption it causes, so the test is known to detect it.
 """
 

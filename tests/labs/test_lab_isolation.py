@@ -1,7 +1,7 @@
 """An open lab keeps its servers while the suite breaks servers of its own (S1, S3).
 
 The suite restarts PostgreSQL and stops Redis for real (`test_hot_path`,
-`test_dispatcher`, chaos). The root `conftest.py` gives the run a data folder of its own
+`test_dispatch_redis_faults`, chaos). The root `conftest.py` gives the run a data folder of its own
 (`.teamdesk-suite/`), so those faults strike the suite's servers, never the ones a
 JupyterLab open in the same checkout uses (`.teamdesk/`). Here a stand-in for that open
 lab holds a connection to the lab's servers while the suite's own faults run, and the
@@ -81,7 +81,7 @@ def _postmaster_started(url: str) -> str:
 async def test_an_open_lab_keeps_its_servers_through_the_suites_faults(
         open_lab: dict[str, str], service_settings: Settings):
     """S1: while the suite restarts its PostgreSQL (as `test_hot_path` does), stops and
-    starts its Redis (as `test_dispatcher` does) and runs a Redis outage of `labs.faults`
+    starts its Redis (as `test_dispatch_redis_faults` does) and runs a Redis outage of `labs.faults`
     on it, an open lab's connections to its own servers stay up: the same PostgreSQL
     backend, the same Redis server (run id), its keys still there. The suite's servers
     really went down meanwhile — so this would fail if they were the lab's."""
