@@ -19,7 +19,8 @@ from teamdesk.config import Settings
 def machine_info(settings: Settings) -> dict[str, Any]:
     """Date, machine, Python, the two servers' versions and the libraries that matter."""
     with psycopg.connect(settings.database_url or "", autocommit=True) as conn:
-        postgres = str(conn.execute("SHOW server_version").fetchone()[0])
+        # Reported by the server when the connection starts: no statement needed.
+        postgres = str(conn.info.parameter_status("server_version"))
     client = redis.Redis.from_url(settings.redis_url or "")
     try:
         info = client.info("server")

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import enum
 import os
 import statistics
 import time
-from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -34,37 +33,11 @@ from labs.procs import World, clear_prefix
 from teamdesk.config import Settings
 from teamdesk.db.engine import create_engine
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY, dispatch_tasks, scan
-from teamdesk.tasks.ledger import QUERIES, Ledger
+from teamdesk.tasks.ledger import QUERIES, Ledger, load_queries
 from teamdesk.tasks.queue import JOB_NAME, create_task_queue
 
-_TEAM = """
-INSERT INTO teams (id, name) VALUES ('acme', 'Acme Support');
-INSERT INTO members (team_id, user_id, name, role) VALUES ('acme', 'ben', 'Ben', 'agent');
-"""
-
-#: Row g is WAITING for 1 in 40 rows; of those, a third never dispatched, a third checked
-#: long ago, a third checked just now (not due for a re-check: read and skipped by the scan).
-_FILL = """
-INSERT INTO background_tasks (id, type, status, run, attempts, progress, owner_id, team_id,
-                              scope, filters, run_at, dispatched_at, created_at, updated_at,
-                              result_summary)
-SELECT 'B' || lpad(g::text, 9, '0'),
-       (CASE WHEN g % 3 = 0 THEN 'REMINDER' ELSE 'EXPORT' END)::task_type,
-       (CASE WHEN g % 40 = 0 THEN 'WAITING' ELSE 'COMPLETED' END)::task_status,
-       0, 1, CASE WHEN g % 40 = 0 THEN 0 ELSE 100 END, 'ben', 'acme', 'TEAM', '{}'::jsonb,
-       now() - make_interval(mins => g % 5000) + make_interval(days => g % 7),
-       CASE WHEN g % 40 <> 0 THEN now() - make_interval(mins => g % 90000)
-            WHEN g % 120 = 0 THEN NULL
-            WHEN g % 120 = 40 THEN now() - make_interval(mins => 5 + g % 600)
-            ELSE now() - make_interval(secs => g % 20) END,
-       now() - make_interval(mins => g % 90000), now() - make_interval(mins => g % 90000),
-       CASE WHEN g % 40 = 0 THEN NULL ELSE '1 ticket' END
-FROM generate_series(1, :rows) AS g
-"""
-
-
-def _plain(value: object) -> object:
-    return value.value if isinstance(value, enum.Enum) else value
+#: The benchmark's own statements (`dispatch.sql`; `benchmarks.scale` uses them too).
+SQL = load_queries(Path(__file__).with_name("dispatch.sql"))
 
 
 async def _explain(database_url: str, settings: Settings) -> str:
@@ -93,12 +66,12 @@ async def _fill(database_url: str, rows: int) -> None:
     engine = create_engine(database_url)
     try:
         async with engine.begin() as conn:
-            for stmt in _TEAM.strip().splitlines():
-                await conn.execute(text(stmt))
-            await conn.execute(text(_FILL), {"rows": rows})
+            for name in ("team", "team_member"):
+                await conn.execute(text(SQL[name]))
+            await conn.execute(text(SQL["fill"]), {"rows": rows})
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.execute(text("VACUUM ANALYZE background_tasks"))
+            await conn.execute(text(SQL["vacuum_ledger"]))
     finally:
         await engine.dispose()
 
@@ -114,12 +87,8 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         await _fill(url, rows)
         print(f"(a) filled {rows:,} ledger rows in {time.perf_counter() - started:.1f} s")
         async with sessions() as s:
-            counts = dict((await s.execute(text(
-                "SELECT status::text, count(*) FROM background_tasks GROUP BY 1"))).all())
-            due = (await s.execute(text(
-                "SELECT count(*) FROM background_tasks WHERE status = 'WAITING' AND "
-                "(dispatched_at IS NULL OR dispatched_at < now() - interval '30 seconds')")
-            )).scalar_one()
+            counts = dict((await s.execute(text(SQL["status_counts"]))).all())
+            due = (await s.execute(text(SQL["due_count"]))).scalar_one()
         print(f"    by status: {counts}; WAITING and due for a (re)check: {due:,}")
 
         timings, found = await timed_scans(url, settings, ticks)
@@ -135,8 +104,7 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         # An idle tick on the same ledger: nothing due (all WAITING rows checked just now),
         # so this is scan + D6 + D7 only.
         async with sessions() as s, s.begin():
-            await s.execute(text("UPDATE background_tasks SET dispatched_at = now() "
-                                 "WHERE status = 'WAITING'"))
+            await s.execute(text(SQL["mark_all_checked"]))
         idle = []
         for _ in range(ticks):
             t0 = time.perf_counter()
@@ -145,7 +113,7 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
         assert report.scanned == 0
         print(f"    idle tick (scan + D6 recovery + D7 purge, nothing due): median "
               f"{statistics.median(idle):.2f} ms")
-        late_plan = await _explain(sessions, settings, datetime.now(UTC))
+        late_plan = await _explain(url, settings)
         assert "Seq Scan on background_tasks" not in late_plan
         print("    scan plan with nothing due:")
         print("      " + late_plan.replace("\n", "\n      "))
@@ -156,12 +124,8 @@ async def scan_benchmark(base: Settings, rows: int, ticks: int = 30) -> None:
 
 async def _waiting_tasks(sessions: async_sessionmaker[AsyncSession], n: int) -> None:
     async with sessions() as s, s.begin():
-        await s.execute(text("DELETE FROM background_tasks"))
-        await s.execute(text(
-            "INSERT INTO background_tasks (id, type, status, run, owner_id, team_id, scope, "
-            "filters, run_at) SELECT 'W' || lpad(g::text, 9, '0'), 'EXPORT', 'WAITING', 0, "
-            "'ben', 'acme', 'TEAM', '{}', now() - interval '1 second' "
-            "FROM generate_series(1, :n) AS g"), {"n": n})
+        await s.execute(text(SQL["clear_ledger"]))
+        await s.execute(text(SQL["waiting_tasks"]), {"n": n})
 
 
 async def drain_benchmark(base: Settings, n: int) -> None:
@@ -171,8 +135,8 @@ async def drain_benchmark(base: Settings, n: int) -> None:
     queue = create_task_queue(settings)
     try:
         async with engine.begin() as conn:
-            for stmt in _TEAM.strip().splitlines():
-                await conn.execute(text(stmt))
+            for name in ("team", "team_member"):
+                await conn.execute(text(SQL[name]))
         await queue.add(JOB_NAME, {"warm": True}, {"jobId": "warm-up"})  # load scripts
         await queue.getJob("warm-up")
         await clear_prefix(settings)
@@ -204,9 +168,7 @@ async def drain_benchmark(base: Settings, n: int) -> None:
                 ticks += 1
             rate = added / (time.perf_counter() - t0)
             async with sessions() as s:
-                left = (await s.execute(text(
-                    "SELECT count(*) FROM background_tasks WHERE dispatched_at IS NULL"))
-                ).scalar_one()
+                left = (await s.execute(text(SQL["undispatched_count"]))).scalar_one()
             jobs = sum((await queue.getJobCounts("waiting")).values())
             assert (added, left, jobs) == (n, 0, n), (added, left, jobs)
             label = "book-like sequential" if concurrency == 1 else "default"

@@ -34,8 +34,8 @@ from pathlib import Path
 import psutil
 from sqlalchemy import text
 
-from benchmarks.dispatch import _explain, _fill, timed_scans
-from benchmarks.pipeline import Progress, _counts, _insert_tasks, _prepare
+from benchmarks._world import Progress, insert_tasks, ledger_counts, prepare_world
+from benchmarks.dispatch import SQL, _explain, _fill, timed_scans
 from devkit import services
 from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
 from labs.timings import TICK_02
@@ -67,11 +67,8 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
         print(f"    filling {rows:,} ledger rows …", flush=True)
         await _fill(url, rows)
         async with sessions() as s:
-            counts = dict((await s.execute(text(
-                "SELECT status::text, count(*) FROM background_tasks GROUP BY 1"))).all())
-            size = (await s.execute(text(
-                "SELECT pg_size_pretty(pg_total_relation_size('background_tasks'))"))
-            ).scalar_one()
+            counts = dict((await s.execute(text(SQL["status_counts"]))).all())
+            size = (await s.execute(text(SQL["ledger_size"]))).scalar_one()
         print(f"    filled in {time.perf_counter() - t0:.1f} s: {counts}, table + indexes "
               f"{size}", flush=True)
         timings, found = await timed_scans(url, settings, scans)
@@ -82,11 +79,10 @@ async def scan_at(base: Settings, rows: int, scans: int = 30
         # leaves dead index entries a live system's autovacuum would have removed long
         # ago: vacuum them so the tick is measured in a steady state.
         async with sessions() as s, s.begin():
-            await s.execute(text("UPDATE background_tasks SET dispatched_at = now() "
-                                 "WHERE status = 'WAITING'"))
+            await s.execute(text(SQL["mark_all_checked"]))
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.execute(text("VACUUM ANALYZE background_tasks"))
+            await conn.execute(text(SQL["vacuum_ledger"]))
         idle_scans, empty = await timed_scans(url, settings, scans)
         assert empty == 0
         idle = []
@@ -120,7 +116,7 @@ async def memory(base: Settings, total: int, log_dir: Path) -> list[tuple[int, f
     proc = WorkerProc(world.settings, "mem", log_dir, TICK_02.to_env())
     points: list[tuple[int, float]] = []
     try:
-        await _prepare(world, total)
+        await prepare_world(world, total)
         proc.start()
         await wait_heartbeats(world.settings, [proc])
         ps = psutil.Process(proc.pid)
@@ -129,10 +125,10 @@ async def memory(base: Settings, total: int, log_dir: Path) -> list[tuple[int, f
         done = 0
         progress = Progress("memory run", total)
         for point in checkpoints:
-            await _insert_tasks(world, point - done, first=done + 1)
+            await insert_tasks(world, point - done, first=done + 1)
 
             async def reached(point: int = point) -> bool:
-                completed, failed, _ = await _counts(world)
+                completed, failed, _ = await ledger_counts(world)
                 if failed:
                     raise RuntimeError(f"{failed} task(s) FAILED")
                 progress.show(completed)
