@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from devkit.i18n import say
+from labs.exercises import Verdict, exercise, failed, fresh_world, passed
 from teamdesk.db.models import Ticket
 from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import QUERIES
@@ -84,40 +85,34 @@ def where_fence(where: str) -> Any:
 
 
 @dataclass
-class FenceVerdict:
-    """What the real runs said about a fence."""
+class FenceRuns:
+    """What the two real runs found out about a fence."""
 
-    where: str
     alone_completed: bool = False
     #: "B" (the changed titles were saved), "A" (A's stale copy was) or "none".
     saved: str = "none"
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return self.alone_completed and self.saved == "B"
-
-    def __str__(self) -> str:
-        if self.ok:
-            head = say("✓ your fence holds: the lease holder writes, and after B took over "
-                       "A's late writes matched no row — B's CSV was saved (P3, P5)",
-                       "✓ 你的围栏守住了：租约持有者能写入；B 接手之后，A 迟到的写入一行也"
-                       "没匹配上——保存的是 B 的 CSV（P3、P5）")
-        elif not self.alone_completed:
-            head = say("✗ your fence refused the lease holder's own writes: an executor alone "
-                       "could not finish its export",
-                       "✗ 你的围栏连租约持有者自己的写入都拒绝了：一个执行者单独运行也"
-                       "完成不了它的导出")
-        else:
-            head = say(f"✗ after B took over, {'A' if self.saved == 'A' else 'nobody'}'s CSV "
-                       "was saved: A's late writes still matched a row",
-                       "✗ B 接手之后，"
-                       f"{'保存的是 A 的 CSV' if self.saved == 'A' else '谁的 CSV 都没保存'}"
-                       "：A 迟到的写入仍然匹配到了一行")
-        return "\n".join([head, *(f"  {n}" for n in self.notes)])
+    def verdict(self, where: str) -> Verdict:
+        facts = {"where": where, "alone_completed": self.alone_completed, "saved": self.saved}
+        if self.alone_completed and self.saved == "B":
+            return passed(say("your fence holds: the lease holder writes, and after B took over "
+                              "A's late writes matched no row — B's CSV was saved (P3, P5)",
+                              "你的围栏守住了：租约持有者能写入；B 接手之后，A 迟到的写入一行也"
+                              "没匹配上——保存的是 B 的 CSV（P3、P5）"), *self.notes, **facts)
+        if not self.alone_completed:
+            return failed(say("your fence refused the lease holder's own writes: an executor "
+                              "alone could not finish its export",
+                              "你的围栏连租约持有者自己的写入都拒绝了：一个执行者单独运行也"
+                              "完成不了它的导出"), *self.notes, **facts)
+        return failed(say(f"after B took over, {'A' if self.saved == 'A' else 'nobody'}'s CSV "
+                          "was saved: A's late writes still matched a row",
+                          "B 接手之后，"
+                          f"{'保存的是 A 的 CSV' if self.saved == 'A' else '谁的 CSV 都没保存'}"
+                          "：A 迟到的写入仍然匹配到了一行"), *self.notes, **facts)
 
 
-async def _alone(lab: Lab, verdict: FenceVerdict) -> None:
+async def _alone(lab: Lab, verdict: FenceRuns) -> None:
     task = await lab.request_export({"status": ["OPEN"]})
     await lab.start_worker("S", export_batch_size=1000)
     await lab.dispatch()
@@ -129,7 +124,7 @@ async def _alone(lab: Lab, verdict: FenceVerdict) -> None:
     await lab.stop_worker("S")
 
 
-async def _race(lab: Lab, verdict: FenceVerdict) -> None:
+async def _race(lab: Lab, verdict: FenceRuns) -> None:
     from sqlalchemy import update
 
     from labs.lab import STUCK, WATCHFUL
@@ -175,35 +170,23 @@ async def _servers(settings: Any) -> Any:
     return await asyncio.to_thread(services.resolve_settings, settings)
 
 
-async def judge_fence(where: Any, *, settings: Any = None) -> FenceVerdict | str:
+@exercise("26b.fence", answer="my_where", solution="solution_where", wrong={"a wall": "false"})
+async def judge_fence(where: Any, *, settings: Any = None) -> Verdict:
     """Run the two real runs of the module docstring with `where` as A's fence, in a lab
-    world of its own; a verdict, or a line saying what to write when `where` is not a
-    condition yet."""
-    from labs.lab import Lab
-
-    if where is None:
-        return say("not attempted yet: write your condition into my_where",
-                   "还没尝试：把你的条件写进 my_where")
+    world of its own (P3, P5)."""
     try:
         fence = where_fence(where)
     except ValueError as err:
-        return f"✗ {err}"
-    verdict = FenceVerdict(" ".join(str(where).split()))
-    lab = await Lab.open("26b-fence-judge", settings=settings, tickets=40)
-    try:
+        return failed(str(err))
+    runs = FenceRuns()
+    async with fresh_world("26b-fence-judge", runs.notes, settings=settings,
+                           tickets=40) as lab:
         lab.use_fence(fence, actor="S")
         lab.use_fence(fence, actor="A")
-        try:
-            await _alone(lab, verdict)
-            if verdict.alone_completed:
-                await _race(lab, verdict)
-        except (AssertionError, TimeoutError, psycopg.Error) as err:  # a wait ran out
-            first = (str(err).splitlines() or [''])[0]
-            verdict.notes.append(say(f"the run stopped: {type(err).__name__}: {first}",
-                                     f"运行中途停下了：{type(err).__name__}: {first}"))
-    finally:
-        await lab.close(check=False)
-    return verdict
+        await _alone(lab, runs)
+        if runs.alone_completed:
+            await _race(lab, runs)
+    return runs.verdict(" ".join(str(where).split()))
 
 
 # ---------------------------------------------------------------- the recipe, as a scene
@@ -302,43 +285,33 @@ class TestRun:
         return line
 
 
-@dataclass
-class TestVerdict:
-    """Exercise A's verdict: `ok` when the test passes on the product, fails by an
+def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
+    """Exercise A's verdict: it holds when the test passes on the product, fails by an
     assertion on the status-only guard, and releases its gates both times."""
-
-    __test__ = False  # not a pytest class
-
-    product: TestRun
-    guard: TestRun
-
-    @property
-    def ok(self) -> bool:
-        return (self.product.outcome == "passed" and self.guard.outcome == "failed"
-                and not self.product.held and not self.guard.held)
-
-    def __str__(self) -> str:
-        if self.ok:
-            head = say("✓ your test is a test: it passes on the product and catches the "
-                       "status-only guard (P3, P5, P6)",
-                       "✓ 你的测试称得上是测试：它在产品上通过，也抓住了只看状态的守卫"
-                       "（P3、P5、P6）")
-        elif self.product.outcome != "passed":
-            head = say("✗ on the product your test does not pass: a test must pass where the "
-                       "rule holds", "✗ 你的测试在产品上没有通过：规则成立的地方，测试必须通过")
-        elif self.guard.outcome == "passed":
-            head = say("✗ your test passes on the status-only guard too: a test that cannot "
-                       "catch the bug is not a test",
-                       "✗ 你的测试在只看状态的守卫上也通过了：抓不住 bug 的测试不算测试")
-        elif self.guard.outcome != "failed":
-            head = say("✗ on the guard your test did not fail by an assertion: it must catch the "
-                       "bug by what it asserts about the row, not by a wait that runs out",
-                       "✗ 在旧守卫上，你的测试不是因断言而失败的：它必须靠对那一行的断言抓住"
-                       " bug，而不是靠一次等待超时")
-        else:
-            head = say("✗ your test left a gate held: release every gate in finally",
-                       "✗ 你的测试留下了一道仍在拦着的关卡：请在 finally 里放行每一道关卡")
-        return "\n".join([head, f"  {self.product}", f"  {self.guard}"])
+    runs = (str(product), str(guard))
+    facts = {"product": product, "guard": guard}
+    if product.outcome != "passed":
+        return failed(say("on the product your test does not pass: a test must pass where the "
+                          "rule holds", "你的测试在产品上没有通过：规则成立的地方，测试必须通过"),
+                      *runs, **facts)
+    if guard.outcome == "passed":
+        return failed(say("your test passes on the status-only guard too: a test that cannot "
+                          "catch the bug is not a test",
+                          "你的测试在只看状态的守卫上也通过了：抓不住 bug 的测试不算测试"),
+                      *runs, **facts)
+    if guard.outcome != "failed":
+        return failed(say("on the guard your test did not fail by an assertion: it must catch "
+                          "the bug by what it asserts about the row, not by a wait that runs out",
+                          "在旧守卫上，你的测试不是因断言而失败的：它必须靠对那一行的断言抓住"
+                          " bug，而不是靠一次等待超时"), *runs, **facts)
+    if product.held or guard.held:
+        return failed(say("your test left a gate held: release every gate in finally",
+                          "你的测试留下了一道仍在拦着的关卡：请在 finally 里放行每一道关卡"),
+                      *runs, **facts)
+    return passed(say("your test is a test: it passes on the product and catches the "
+                      "status-only guard (P3, P5, P6)",
+                      "你的测试称得上是测试：它在产品上通过，也抓住了只看状态的守卫"
+                      "（P3、P5、P6）"), *runs, **facts)
 
 
 def _first_line(err: BaseException) -> str:
@@ -390,18 +363,16 @@ async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: 
     return run
 
 
-async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND
-                     ) -> TestVerdict | str:
+@exercise("26b.test", answer="my_test", solution="solution_test")
+async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND) -> Verdict:
     """Exercise A: run `test_fn(lab)` in a fresh world on the product, then in another with
     the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
-    checked for gates left held. A verdict, or a line saying what to pass."""
-    if test_fn is None:
-        return say("not attempted yet: write my_test above", "还没尝试：先在上面写好 my_test")
+    checked for gates left held."""
     if not asyncio.iscoroutinefunction(test_fn):
-        return say("✗ pass the test function itself: an `async def` taking the lab",
-                   "✗ 请传入测试函数本身：一个以 lab 为参数的 `async def`")
+        return failed(say("pass the test function itself: an `async def` taking the lab",
+                          "请传入测试函数本身：一个以 lab 为参数的 `async def`"))
     settings = await _servers(settings)
     # The two worlds share nothing (own database, own prefix, own gates): run side by side.
     product, guard = await asyncio.gather(*(
         _run_once(test_fn, world, bug, settings=settings, bound=bound) for world, bug in WORLDS))
-    return TestVerdict(product, guard)
+    return _test_verdict(product, guard)

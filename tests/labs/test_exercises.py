@@ -44,20 +44,6 @@ def test_a_condition_that_is_not_one_is_refused_with_a_reason(where, message):
         ch26b.where_fence(where)
 
 
-async def test_26b_fence_judge_rejects_the_starter_and_accepts_the_solution(service_settings):
-    """P3, P5: with the starter (a status guard) as A's fence, the real takeover race saves
-    A's stale CSV; with the solution, B's; both let an executor alone finish."""
-    starter = _assigned("26b-takeover-race.ipynb", "exercise", "my_where")
-    solution = _assigned("26b-takeover-race.ipynb", "solution", "solution_where")
-    assert "execution_id" not in str(starter)  # the starter does not hold the answer
-    bad = await ch26b.judge_fence(starter, settings=service_settings)
-    good = await ch26b.judge_fence(solution, settings=service_settings)
-    assert not bad.ok and bad.alone_completed and bad.saved == "A", str(bad)
-    assert good.ok, str(good)
-    wall = await ch26b.judge_fence("false", settings=service_settings)
-    assert not wall.ok and not wall.alone_completed, str(wall)
-
-
 async def test_26a_retry_or_reject_judge_rejects_the_starter_and_accepts_the_solution(lab):
     """P7, P8: run through the real processor, retrying a lasting problem fails only after
     three executions and rejecting a passing one fails a task a retry would finish; the

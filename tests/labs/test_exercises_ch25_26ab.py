@@ -51,21 +51,6 @@ def _defined(notebook: str, tag: str, name: str) -> Any:
 NB_26B = "26b-takeover-race.ipynb"
 
 
-async def test_26b_exercise_a_judge_rejects_the_starter_and_accepts_the_solution(
-        service_settings):
-    """P3, P5, P6: the learner's test is run twice in fresh worlds; the starter skeleton
-    (TODOs) errors in both, the hidden solution passes on the product and fails on the
-    status-only guard for A."""
-    starter = _defined(NB_26B, "exercise", "my_test")
-    solution = _defined(NB_26B, "solution", "solution_test")
-    bad = await ch26b.judge_test(starter, settings=service_settings)
-    assert not bad.ok and bad.product.outcome == "errored", str(bad)
-    good = await ch26b.judge_test(solution, settings=service_settings)
-    assert good.ok, str(good)
-    assert (good.product.outcome, good.guard.outcome) == ("passed", "failed"), str(good)
-    assert "execution_id" in good.guard.detail, str(good)  # the failing assertion, named
-
-
 async def _no_lease_assertion(lab: Any) -> None:
     """A plausible wrong test: it waits properly and releases its gates, but asserts only
     what both worlds share — the task ends COMPLETED and B's job completes."""
@@ -96,7 +81,8 @@ async def test_26b_a_test_that_asserts_nothing_about_the_lease_is_rejected(servi
     """P3: a test that passes on the status-only guard too cannot catch the bug."""
     verdict = await ch26b.judge_test(_no_lease_assertion, settings=service_settings)
     assert not verdict.ok, str(verdict)
-    assert (verdict.product.outcome, verdict.guard.outcome) == ("passed", "passed"), str(verdict)
+    product, guard = verdict.facts["product"], verdict.facts["guard"]
+    assert (product.outcome, guard.outcome) == ("passed", "passed"), str(verdict)
     assert "cannot catch the bug" in str(verdict)
 
 
@@ -111,10 +97,11 @@ async def test_26b_a_test_that_hangs_or_keeps_its_gates_is_rejected(service_sett
         lab.gate("claim.after", actor="B")
 
     hung = await ch26b.judge_test(hangs, settings=service_settings, bound=1.0)
-    assert not hung.ok and (hung.product.outcome, hung.guard.outcome) == ("hung", "hung")
+    assert not hung.ok and (hung.facts["product"].outcome,
+                            hung.facts["guard"].outcome) == ("hung", "hung"), str(hung)
     held = await ch26b.judge_test(keeps_its_gate, settings=service_settings)
-    assert not held.ok and held.product.outcome == "passed"
-    assert held.product.held == ["claim.after for B"], str(held)
+    assert not held.ok and held.facts["product"].outcome == "passed"
+    assert held.facts["product"].held == ["claim.after for B"], str(held)
     assert "release gates in finally" in str(held)
 
 

@@ -1,0 +1,171 @@
+"""One protocol for every exercise a notebook judges: a registry keyed by the cells' tags,
+one `Verdict`, one bounded run in a fresh world, one answer for "not attempted yet".
+
+    await check("26b.fence", my_where)            # a check cell: its last line shows the verdict
+
+An exercise is three cells that carry its key as a tag beside their role: `exercise` (the
+learner's starter, binding the answer's name, e.g. `my_where = None`), `check` (the line
+above) and `solution` (hidden; binds the solution's name and asserts it passes). A scene
+module declares the judge with `@exercise(key, answer=..., solution=...)`; the judge takes
+the answer and what the check cell passes (`lab=lab`, …) and returns a `Verdict`. The
+suite runs every registered exercise the same way (`tests/labs/test_exercise_registry.py`):
+the notebook's starter is refused, its solution accepted, and each named wrong answer
+refused — a judge that cannot tell them apart judges nothing.
+
+Judges are found among the scene modules at run time (as diagnosis cases are,
+`labs.cases`), so this module imports no scene and the package stays acyclic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pkgutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from devkit.i18n import say
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
+    from teamdesk.config import Settings
+
+
+@dataclass(frozen=True, repr=False)
+class Verdict:
+    """What a judge said: `ok`, one heading (✓ or ✗ first), notes under it, and what it
+    found (`facts`, for tests and the curious). Shown as text by `print` and as Markdown
+    when it is a cell's last value."""
+
+    ok: bool
+    heading: str
+    notes: tuple[str, ...] = ()
+    #: False only for "not attempted yet": no answer was written.
+    attempted: bool = True
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return "\n".join([self.heading, *(f"  {n}" for n in self.notes)])
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        return "\n".join([f"**{self.heading}**", *(f"- {n}" for n in self.notes)])
+
+
+def passed(heading: str, *notes: str, **facts: Any) -> Verdict:
+    """A verdict that holds; the heading gets its ✓."""
+    return Verdict(True, f"✓ {heading}", tuple(notes), facts=facts)
+
+
+def failed(heading: str, *notes: str, **facts: Any) -> Verdict:
+    """A verdict that does not hold (yet); the heading gets its ✗."""
+    return Verdict(False, f"✗ {heading}", tuple(notes), facts=facts)
+
+
+def not_attempted(name: str) -> Verdict:
+    """The one answer to an exercise whose answer `name` is still None."""
+    return Verdict(False, say(f"not attempted yet: write your answer into {name} above, or "
+                              "open the hidden solution cell below",
+                              f"还没尝试：在上面把你的答案写进 {name}，或者点开下面隐藏的"
+                              "参考答案单元格"), attempted=False)
+
+
+def stopped_note(err: BaseException) -> str:
+    """The note of a judged run that ended early: a bounded wait ran out, or the database
+    refused; its first line, not a traceback."""
+    first = (str(err).splitlines() or [""])[0]
+    return say(f"the run stopped: {type(err).__name__}: {first}",
+               f"运行中途停下了：{type(err).__name__}: {first}")
+
+
+@contextlib.asynccontextmanager
+async def fresh_world(name: str, notes: list[str], *, settings: Settings | None = None,
+                      **open_kw: Any) -> AsyncIterator[Lab]:
+    """A lab world of its own for one judged run (`Lab.open(name, settings=..., …)`),
+    closed whatever happened. A bounded wait that ran out, or the database refusing, ends
+    the run with a note in `notes` (`stopped_note`) instead of an error in the learner's
+    cell: the verdict then says what did not happen."""
+    from labs.lab import Lab
+
+    lab = await Lab.open(name, settings=settings, **open_kw)
+    try:
+        yield lab
+    except (AssertionError, TimeoutError, psycopg.Error) as err:
+        notes.append(stopped_note(err))
+    finally:
+        await lab.close(check=False)
+
+
+#: A judge: the learner's answer and what the check cell passes, a `Verdict`.
+Judge = Callable[..., Awaitable[Verdict]]
+#: What a judge needs besides the answer, made outside a notebook (for the suite): given
+#: the suite's settings, an async context manager yielding the check cell's keywords.
+Context = Callable[["Settings"], contextlib.AbstractAsyncContextManager[dict[str, Any]]]
+
+
+@contextlib.asynccontextmanager
+async def no_context(settings: Settings) -> AsyncIterator[dict[str, Any]]:
+    """For a judge that opens its own worlds: it only needs the servers' settings."""
+    yield {"settings": settings}
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One registered exercise: `key` is the tag of its cells; `answer` the name its
+    exercise cell binds, `solution` the name its solution cell binds; `wrong` plausible
+    wrong answers by name, each of which the judge must refuse."""
+
+    key: str
+    answer: str
+    solution: str
+    judge: Judge
+    wrong: Mapping[str, Any] = field(default_factory=dict)
+    context: Context = no_context
+
+
+REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(key: str, *, answer: str, solution: str, wrong: Mapping[str, Any] | None = None,
+             context: Context = no_context) -> Callable[[Judge], Judge]:
+    """Register the decorated judge as exercise `key` (see `Exercise`)."""
+
+    def register(judge: Judge) -> Judge:
+        if key in REGISTRY and REGISTRY[key].judge is not judge:
+            raise ValueError(f"exercise {key!r} is registered twice")
+        REGISTRY[key] = Exercise(key, answer, solution, judge, dict(wrong or {}), context)
+        return judge
+
+    return register
+
+
+def load_all() -> dict[str, Exercise]:
+    """Every exercise of every scene module (importing them registers their judges)."""
+    from labs import scenes
+
+    for info in pkgutil.iter_modules(scenes.__path__):
+        importlib.import_module(f"{scenes.__name__}.{info.name}")
+    return REGISTRY
+
+
+def find(key: str) -> Exercise:
+    """The exercise registered as `key`; a KeyError names the known ones."""
+    if key not in REGISTRY:
+        load_all()
+    try:
+        return REGISTRY[key]
+    except KeyError:
+        raise KeyError(f"no exercise {key!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+async def check(key: str, answer: Any, **context: Any) -> Verdict:
+    """Judge the learner's `answer` to exercise `key`: "not attempted yet" while it is
+    None, else the exercise's judge with `context` (e.g. `lab=lab`)."""
+    found = find(key)
+    if answer is None:
+        return not_attempted(found.answer)
+    return await found.judge(answer, **context)

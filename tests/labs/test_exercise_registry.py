@@ -1,0 +1,104 @@
+"""Every registered exercise (`labs.exercises`), judged the same way by the real system:
+the notebook's own starter is refused, its hidden solution accepted, and each named wrong
+answer refused — a judge that cannot tell them apart judges nothing. The starter and the
+solution are read from the cells that carry the exercise's key as a tag, so the test
+follows the notebook."""
+
+from __future__ import annotations
+
+import ast
+import json
+import linecache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labs.exercises import check, load_all
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+EXERCISES = load_all()
+
+
+def _cells(notebook: Path) -> list[dict[str, Any]]:
+    return json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+
+
+def _tagged(key: str, role: str) -> tuple[Path, dict[str, Any]]:
+    """The English notebook and its cell tagged both `key` and `role`."""
+    for notebook in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
+        for cell in _cells(notebook):
+            tags = cell["metadata"].get("tags", [])
+            if key in tags and role in tags:
+                return notebook, cell
+    raise AssertionError(f"no notebook cell is tagged {key!r} and {role!r}")
+
+
+def _setup_namespace(notebook: Path) -> dict[str, Any]:
+    """What the notebook's first code cell binds without awaiting anything (its imports and
+    constants): what a learner's cell may use."""
+    first = next(c for c in _cells(notebook) if c["cell_type"] == "code")
+    tree = ast.parse("".join(first["source"]))
+    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.Assign)
+            and not any(isinstance(x, ast.Await) for x in ast.walk(n))]
+    ns: dict[str, Any] = {}
+    exec(compile(ast.Module(keep, []), notebook.name, "exec"), ns)
+    return ns
+
+
+def bound_in(key: str, role: str, name: str) -> Any:
+    """The value the cell tagged `key` and `role` binds to `name` (an assignment or a
+    definition), run alone in the notebook's set-up namespace; the cell's top-level
+    `await`s are not run."""
+    notebook, cell = _tagged(key, role)
+    source = "".join(cell["source"])
+    ns = _setup_namespace(notebook)
+    for node in ast.parse(source).body:
+        defines = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+        assigns = (isinstance(node, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                   and not any(isinstance(x, ast.Await) for x in ast.walk(node)))
+        if defines or assigns:
+            where = f"<{notebook.name} {role} cell>"  # so a failing line can be quoted
+            linecache.cache[where] = (len(source), None, source.splitlines(True), where)
+            exec(compile(ast.Module([node], []), where, "exec"), ns)
+            return ns[name]
+    raise AssertionError(f"{notebook.name}: the {role} cell of {key!r} binds no {name}")
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_solution(
+        key, service_settings):
+    exercise = EXERCISES[key]
+    starter = bound_in(key, "exercise", exercise.answer)
+    solution = bound_in(key, "solution", exercise.solution)
+    async with exercise.context(service_settings) as context:
+        for name, answer in {"the starter": starter, **exercise.wrong}.items():
+            verdict = await check(key, answer, **context)
+            assert not verdict.ok and verdict.attempted, f"{name}: {verdict}"
+            # Refused for what the answer did, not because a run of the judge stopped.
+            assert not any(n.startswith("the run stopped") for n in verdict.notes), verdict
+        accepted = await check(key, solution, **context)
+        assert accepted.ok, str(accepted)
+
+
+def test_every_exercise_cell_is_registered_and_every_registered_one_has_its_cells():
+    """A tag naming no registered exercise, or an exercise without its three cells, would
+    leave an exercise that nothing checks."""
+    tagged = set()
+    for notebook in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
+        for cell in _cells(notebook):
+            tags = cell["metadata"].get("tags", [])
+            if {"exercise", "check", "solution"} & set(tags):
+                tagged |= {t for t in tags if "." in t}
+    assert tagged <= set(EXERCISES), tagged - set(EXERCISES)
+    for key in EXERCISES:
+        for role in ("exercise", "check", "solution"):
+            _tagged(key, role)
+
+
+async def test_an_answer_not_written_is_not_attempted_whatever_the_exercise():
+    for key, exercise in EXERCISES.items():
+        verdict = await check(key, None)
+        assert not verdict.ok and not verdict.attempted, key
+        assert exercise.answer in str(verdict), key
