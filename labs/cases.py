@@ -4,7 +4,7 @@ ch. 26 §7), handed to the learner to name the cause and the rule that explains 
     case = await lab.case("fault-a")       # the real system is run into the state
     case.show()                            # ledger row, queue job, this task's log lines
     case.choices                           # the causes to choose from
-    print(case.judge(cause="…", rule="P5"))
+    await check("case.fault-a", (my_cause, my_rule), case=case)   # labs.exercises
 
 A case is staged by the real parts — workers, the dispatcher, faults, gates — never by
 writing the rows by hand, so the evidence is what a practitioner would find on a real
@@ -19,9 +19,10 @@ stays acyclic).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ import pandas as pd
 from devkit import i18n
 from devkit.i18n import say
 from labs import tables
+from labs.exercises import Verdict, exercise, failed, not_attempted, passed
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -52,29 +54,25 @@ class CaseSpec:
     rules: frozenset[str]
     why: str
     zh: dict[str, Any] = field(default_factory=dict)
+    #: The names the notebook's exercise cell and solution cell bind (cause, rule).
+    answer: tuple[str, str] = ("my_cause", "my_rule")
+    solution: tuple[str, str] = ("solution_cause", "solution_rule")
 
     def __post_init__(self) -> None:
         if self.cause not in self.choices or len(self.choices) < 3:
             raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
         if "choices" in self.zh and set(self.zh["choices"]) != set(self.choices):
             raise ValueError(f"case {self.name}: the 中文 choices need the same keys")
+        # A case is an exercise like any other: `await check("case.<name>", (cause, rule),
+        # case=case)`, its cells tagged `case.<name>`.
+        exercise(f"case.{self.name}", answer=self.answer, solution=self.solution,
+                 context=_staged(self.name))(_judge_case)
 
     def word(self, key: str) -> Any:
         """`title`, `why` or `choices` in the edition's language."""
         if i18n.lang() == "zh" and key in self.zh:
             return self.zh[key]
         return getattr(self, key)
-
-
-@dataclass
-class Verdict:
-    """What the judge said: `ok` when both the cause and a rule are right."""
-
-    ok: bool
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
 
 
 @dataclass
@@ -107,26 +105,20 @@ class Case:
     def judge(self, *, cause: str | None, rule: str | None) -> Verdict:
         """Right when `cause` is the case's cause key and `rule` one of its rule ids."""
         if cause is None or rule is None:
-            return Verdict(False, say("not attempted yet: name a cause (a key of case.choices) "
-                                      "and a rule id (e.g. \"P5\")",
-                                      "还没尝试：写下一个原因（case.choices 的一个键）"
-                                      "和一个规则编号（例如 \"P5\"）"))
+            return not_attempted(" and ".join(self.spec.answer))
         if cause not in self.spec.choices:
             keys = ", ".join(map(repr, self.spec.choices))
-            return Verdict(False, say(f"✗ {cause!r} is not one of the choices: {keys}",
-                                      f"✗ {cause!r} 不在可选项里：{keys}"))
-        rule_ok = str(rule).strip().upper() in self.spec.rules
+            return failed(say(f"{cause!r} is not one of the choices: {keys}",
+                              f"{cause!r} 不在可选项里：{keys}"))
         if cause != self.spec.cause:
-            return Verdict(False, say(f"✗ not {cause!r}: look again at the evidence "
-                                      "(which execution wrote last, and what the queue says)",
-                                      f"✗ 不是 {cause!r}：再看看证据（最后是哪次执行写的，"
-                                      "队列又怎么说）"))
-        if not rule_ok:
-            return Verdict(False, say(f"✗ the cause is right, but {rule} is not the rule that "
-                                      "explains it (see RULES.md)",
-                                      f"✗ 原因对了，但 {rule} 不是解释它的那条规则"
-                                      "（见 RULES.zh-CN.md）"))
-        return Verdict(True, f"✓ {self.spec.word('choices')[cause]} — {self.spec.word('why')}")
+            return failed(say(f"not {cause!r}: look again at the evidence (which execution "
+                              "wrote last, and what the queue says)",
+                              f"不是 {cause!r}：再看看证据（最后是哪次执行写的，队列又怎么说）"))
+        if str(rule).strip().upper() not in self.spec.rules:
+            return failed(say(f"the cause is right, but {rule} is not the rule that explains "
+                              "it (see RULES.md)",
+                              f"原因对了，但 {rule} 不是解释它的那条规则（见 RULES.zh-CN.md）"))
+        return passed(f"{self.spec.word('choices')[cause]} — {self.spec.word('why')}")
 
 
 def _display(title: str, *frames: pd.DataFrame) -> None:
@@ -160,6 +152,28 @@ def spec(name: str) -> CaseSpec:
     if name not in cases:
         raise KeyError(f"no case {name!r}; the cases are {', '.join(sorted(cases)) or 'none'}")
     return cases[name]
+
+
+async def _judge_case(answer: tuple[str | None, str | None], *, case: Case) -> Verdict:
+    cause, rule = answer
+    return case.judge(cause=cause, rule=rule)
+
+
+def _staged(name: str) -> Any:
+    """The context of case `name` outside a notebook: a lab of its own with the case staged
+    in it (`case=`), closed afterwards."""
+
+    @contextlib.asynccontextmanager
+    async def staged(settings: Any) -> AsyncIterator[dict[str, Any]]:
+        from labs.lab import Lab
+
+        lab = await Lab.open(f"case-{name}", settings=settings)
+        try:
+            yield {"case": await open_case(lab, name)}
+        finally:
+            await lab.close(check=False)
+
+    return staged
 
 
 async def open_case(lab: Lab, name: str) -> Case:

@@ -47,6 +47,10 @@ class Verdict:
     attempted: bool = True
     facts: Mapping[str, Any] = field(default_factory=dict)
 
+    def __bool__(self) -> bool:
+        """True when it holds: `assert verdict` in a solution cell, `if verdict:`."""
+        return self.ok
+
     def __str__(self) -> str:
         return "\n".join([self.heading, *(f"  {n}" for n in self.notes)])
 
@@ -67,7 +71,8 @@ def failed(heading: str, *notes: str, **facts: Any) -> Verdict:
 
 
 def not_attempted(name: str) -> Verdict:
-    """The one answer to an exercise whose answer `name` is still None."""
+    """The one answer to an exercise whose answer `name` (or names, "my_cause and
+    my_rule") is still None."""
     return Verdict(False, say(f"not attempted yet: write your answer into {name} above, or "
                               "open the hidden solution cell below",
                               f"还没尝试：在上面把你的答案写进 {name}，或者点开下面隐藏的"
@@ -120,8 +125,9 @@ class Exercise:
     wrong answers by name, each of which the judge must refuse."""
 
     key: str
-    answer: str
-    solution: str
+    #: One name, or several (a diagnosis: cause and rule) whose values form a tuple.
+    answer: str | tuple[str, ...]
+    solution: str | tuple[str, ...]
     judge: Judge
     wrong: Mapping[str, Any] = field(default_factory=dict)
     context: Context = no_context
@@ -130,7 +136,8 @@ class Exercise:
 REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(key: str, *, answer: str, solution: str, wrong: Mapping[str, Any] | None = None,
+def exercise(key: str, *, answer: str | tuple[str, ...], solution: str | tuple[str, ...],
+             wrong: Mapping[str, Any] | None = None,
              context: Context = no_context) -> Callable[[Judge], Judge]:
     """Register the decorated judge as exercise `key` (see `Exercise`)."""
 
@@ -164,8 +171,11 @@ def find(key: str) -> Exercise:
 
 async def check(key: str, answer: Any, **context: Any) -> Verdict:
     """Judge the learner's `answer` to exercise `key`: "not attempted yet" while it is
-    None, else the exercise's judge with `context` (e.g. `lab=lab`)."""
+    None (every part of it, for several names), else the exercise's judge with `context`
+    (e.g. `lab=lab`)."""
     found = find(key)
-    if answer is None:
-        return not_attempted(found.answer)
+    names = found.answer if isinstance(found.answer, tuple) else (found.answer,)
+    values = answer if isinstance(found.answer, tuple) else (answer,)
+    if all(v is None for v in values):
+        return not_attempted(" and ".join(names))
     return await found.judge(answer, **context)

@@ -11,8 +11,10 @@ Notebook cells carry tags that tools and CI can read:
   the whole thing and a learner can peek.
 - `recap`: a markdown cell with the key points.
 
-Both functions print one friendly line and never raise for a missing or wrong guess: a
-learner's wrong answer is a step of learning, not an error. Only a solution cell asserts.
+Both print one friendly line and never raise for a missing or wrong guess: a learner's
+wrong answer is a step of learning, not an error. Only a solution cell asserts. `check`
+speaks as every judged exercise does (`labs.exercises`): one `Verdict`, one "not
+attempted yet".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devkit.i18n import say
+from labs.exercises import Verdict, failed, not_attempted, passed
 
 
 def _norm(value: Any) -> Any:
@@ -50,19 +53,21 @@ def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
     return matched
 
 
-def check(answer: Any, ok: Callable[[Any], bool | str], *, holds: str) -> bool:
-    """Say whether the learner's `answer` holds. `ok(answer)` returns True, or False / a
-    short reason why not. `holds` is the sentence printed when it does. `ok` is plain
-    (not async): read what it needs from the lab first, e.g. `truth = await ...`."""
+def check(answer: Any, ok: Callable[[Any], bool | str], *, holds: str) -> Verdict:
+    """Say whether the learner's `answer` holds, as every exercise says it
+    (`labs.exercises.Verdict`, printed and returned; true when it holds). `ok(answer)`
+    returns True, or False / a short reason why not. `holds` is the sentence printed when
+    it does. `ok` is plain (not async): read what it needs from the lab first, e.g.
+    `truth = await ...`."""
     if answer is None:
-        print(say("Not attempted yet — try it above, or open the hidden solution cell below.",
-                  "还没尝试——在上面试一试，或者点开下面隐藏的参考答案单元格。"))
-        return False
-    verdict = ok(answer)
-    if verdict is True:
-        print(f"✓ {holds}")
-        return True
-    reason = verdict if isinstance(verdict, str) and verdict else ""
-    print(say(f"✗ Not yet{': ' + reason if reason else '.'}",
-              f"✗ 还不对{'：' + reason if reason else '。'}"))
-    return False
+        verdict = not_attempted("answer")
+    else:
+        result = ok(answer)
+        if result is True:
+            verdict = passed(holds)
+        else:
+            reason = result if isinstance(result, str) and result else ""
+            verdict = failed(say(f"Not yet{': ' + reason if reason else '.'}",
+                                 f"还不对{'：' + reason if reason else '。'}"))
+    print(verdict)
+    return verdict

@@ -15,10 +15,13 @@ def test_reveal_compares_kindly(capsys):
 
 
 def test_check_says_not_attempted_wrong_or_holds(capsys):
-    assert check(None, lambda a: True, holds="x") is False
-    assert check(5, lambda a: a == 4 or "off by one", holds="x") is False
-    assert check(4, lambda a: a == 4, holds="the count matches") is True
+    """`check` speaks as every judged exercise does: one Verdict, true when it holds."""
+    unwritten = check(None, lambda a: True, holds="x")
+    wrong = check(5, lambda a: a == 4 or "off by one", holds="x")
+    right = check(4, lambda a: a == 4, holds="the count matches")
+    assert (bool(unwritten), unwritten.attempted, bool(wrong), bool(right)) == (
+        False, False, False, True)
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("Not attempted yet")
+    assert out[0].startswith("not attempted yet: write your answer into answer")
     assert out[1] == "✗ Not yet: off by one"
     assert out[2] == "✓ the count matches"
