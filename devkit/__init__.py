@@ -2,7 +2,7 @@
 
 Embedded servers from wheels and their watchdog (`devkit.services`), the JupyterLab
 launcher (`devkit.lab`) with the learner's own notebook copies (`devkit.copies`) and the
-read-only contents manager (`devkit.contents`), the rules index (`devkit.rules`), the
-terminal demo (`devkit.demo`) and the full `teamdesk` command (`devkit.cli`). It uses the product
+read-only contents manager (`devkit.contents`), the rules index (`devkit.rules`) and the
+dev environment's `teamdesk` commands (`devkit.cli`). It uses the product
 (`teamdesk`) and never the lab harness (`labs`); the product imports nothing of it.
 """

@@ -6,13 +6,13 @@
     teamdesk lab                        services + schema + demo data, then JupyterLab
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
-    teamdesk demo race                  the takeover race, narrated in the terminal
     teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
 
 The product's own commands (`db`, `seed`, `tasks`, `worker`) are `teamdesk.cli`'s; this
-module adds the dev environment's (`services`, `lab`, `demo`, `rules`) and gives every
+module adds the dev environment's (`services`, `lab`, `rules`, `editions`) and gives every
 command the embedded default: with `DATABASE_URL`/`REDIS_URL` unset, the servers are
-started (or reused) and kept alive while the command runs.
+started (or reused) and kept alive while the command runs. The `teamdesk` console script
+is composed one room up, where the lab's commands are visible too (`labs.command`: `demo`).
 
 Errors a user can act on are printed as one line and exit 2; no stack traces.
 """
@@ -20,21 +20,16 @@ Errors a user can act on are printed as one line and exit 2; no stack traces.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from devkit import i18n, services
 from devkit.lab import add_lab
 from teamdesk import cli as product
 from teamdesk.config import Settings
 from teamdesk.redaction import redact, redact_text
-
-if TYPE_CHECKING:
-    pass
 
 
 def embedded_settings() -> Settings:
@@ -85,30 +80,6 @@ def add_services(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s = sub.add_parser("services", help="embedded PostgreSQL + Redis")
     s.add_argument("action", choices=["up", "down", "status"])
     s.set_defaults(func=cmd_services)
-
-
-# ---------------------------------------------------------------- demo
-
-def cmd_demo(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
-    """`teamdesk demo race`: the takeover race narrated in the terminal (`devkit.demo`)."""
-    from devkit.demo import run_race_demo
-
-    product.configure_logging("warning")
-    return asyncio.run(run_race_demo(resolve(), pause=args.pause))
-
-
-def _pause_needs_a_terminal(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.pause and not sys.stdin.isatty():
-        # It waits for Enter between steps: without a terminal that is an EOFError later.
-        parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
-
-
-def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dm = sub.add_parser("demo", help="live demos for a class")
-    dm.add_argument("which", choices=["race"])
-    dm.add_argument("--pause", action="store_true",
-                    help="wait for Enter between steps (for narrating live)")
-    dm.set_defaults(func=cmd_demo, check=_pause_needs_a_terminal)
 
 
 # ---------------------------------------------------------------- rules
@@ -179,25 +150,21 @@ def add_editions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 # ---------------------------------------------------------------- main
 
-#: Every command, in the order `--help` lists them (the product's among the dev
-#: environment's, as the command always showed them).
+#: The dev environment's commands with the product's, in the order `--help` lists them.
 COMMANDS: tuple[product.AddCommand, ...] = (
-    add_services, product.add_db, product.add_seed, add_lab, product.add_worker, add_demo,
+    add_services, product.add_db, product.add_seed, add_lab, product.add_worker,
     product.add_tasks, add_rules, add_editions)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full `teamdesk` parser."""
-    return product.build_parser(COMMANDS, description=__doc__.split("\n\n")[0])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `teamdesk` command (the console script). A command ends the owner claim it made
-    on the embedded services — not one this process held before it ran (a program that
-    calls `main` in-process keeps its own)."""
+def main(argv: Sequence[str] | None = None, *,
+         commands: Sequence[product.AddCommand] = COMMANDS) -> int:
+    """The dev environment's `teamdesk` (`python -m devkit.cli`); the console script passes
+    more `commands` (`labs.command`). A command ends the owner claim it made on the
+    embedded services — not one this process held before it ran (a program that calls
+    `main` in-process keeps its own)."""
     held = services.registered_owner()
     try:
-        return product.main(argv, commands=COMMANDS, description=__doc__.split("\n\n")[0],
+        return product.main(argv, commands=commands, description=__doc__.split("\n\n")[0],
                             resolve_settings=embedded_settings)
     except services.ServiceError as err:
         print(f"teamdesk: {redact_text(str(err))}", file=sys.stderr)  # S2

@@ -19,10 +19,10 @@ stays acyclic).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib
 import pkgutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +66,7 @@ class CaseSpec:
         # A case is an exercise like any other: `await check("case.<name>", (cause, rule),
         # case=case)`, its cells tagged `case.<name>`.
         exercise(f"case.{self.name}", answer=self.answer, solution=self.solution,
-                 context=_staged(self.name))(_judge_case)
+                 stage=functools.partial(_staged, self.name))(_judge_case)
 
     def word(self, key: str) -> Any:
         """`title`, `why` or `choices` in the edition's language."""
@@ -159,21 +159,9 @@ async def _judge_case(answer: tuple[str | None, str | None], *, case: Case) -> V
     return case.judge(cause=cause, rule=rule)
 
 
-def _staged(name: str) -> Any:
-    """The context of case `name` outside a notebook: a lab of its own with the case staged
-    in it (`case=`), closed afterwards."""
-
-    @contextlib.asynccontextmanager
-    async def staged(settings: Any) -> AsyncIterator[dict[str, Any]]:
-        from labs.lab import Lab
-
-        lab = await Lab.open(f"case-{name}", settings=settings)
-        try:
-            yield {"case": await open_case(lab, name)}
-        finally:
-            await lab.close(check=False)
-
-    return staged
+async def _staged(name: str, lab: Lab) -> dict[str, Any]:
+    """What a case's judge needs, outside a notebook: the case staged in `lab`."""
+    return {"case": await open_case(lab, name)}
 
 
 async def open_case(lab: Lab, name: str) -> Case:

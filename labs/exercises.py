@@ -131,29 +131,35 @@ class Exercise:
     judge: Judge
     wrong: Mapping[str, Any] = field(default_factory=dict)
     context: Context = no_context
+    #: Instead of `context`: what the judge needs, made in a lab the caller opened (a
+    #: diagnosis case staged in it), so a module below the lab can declare it.
+    stage: Callable[[Lab], Awaitable[dict[str, Any]]] | None = None
 
 
 REGISTRY: dict[str, Exercise] = {}
 
 
 def exercise(key: str, *, answer: str | tuple[str, ...], solution: str | tuple[str, ...],
-             wrong: Mapping[str, Any] | None = None,
-             context: Context = no_context) -> Callable[[Judge], Judge]:
+             wrong: Mapping[str, Any] | None = None, context: Context = no_context,
+             stage: Callable[[Lab], Awaitable[dict[str, Any]]] | None = None,
+             ) -> Callable[[Judge], Judge]:
     """Register the decorated judge as exercise `key` (see `Exercise`)."""
 
     def register(judge: Judge) -> Judge:
         if key in REGISTRY and REGISTRY[key].judge is not judge:
             raise ValueError(f"exercise {key!r} is registered twice")
-        REGISTRY[key] = Exercise(key, answer, solution, judge, dict(wrong or {}), context)
+        REGISTRY[key] = Exercise(key, answer, solution, judge, dict(wrong or {}), context,
+                                 stage)
         return judge
 
     return register
 
 
 def load_all() -> dict[str, Exercise]:
-    """Every exercise of every scene module (importing them registers their judges)."""
-    from labs import scenes
-
+    """Every exercise of every scene module (importing them registers their judges and
+    cases); found by name at run time, as `labs.cases` finds cases, so that this module,
+    which the scenes import, imports none of them."""
+    scenes = importlib.import_module("labs.scenes")
     for info in pkgutil.iter_modules(scenes.__path__):
         importlib.import_module(f"{scenes.__name__}.{info.name}")
     return REGISTRY

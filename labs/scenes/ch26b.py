@@ -37,6 +37,7 @@ import psycopg
 
 from devkit.i18n import say
 from labs.exercises import Verdict, exercise, failed, fresh_world, passed
+from labs.races import Takeover
 from teamdesk.db.models import Ticket
 from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import QUERIES
@@ -125,35 +126,23 @@ async def _alone(lab: Lab, verdict: FenceRuns) -> None:
 
 
 async def _race(lab: Lab, verdict: FenceRuns) -> None:
+    """§4.1–§4.5 with the learner's fence for A (`labs.races.Takeover`): A frozen after its
+    read, the HIGH tickets retitled, B takes over, A comes back late, B finishes."""
     from sqlalchemy import update
 
-    from labs.lab import STUCK, WATCHFUL
-
     task = await lab.request_export({"priority": ["HIGH"]})
-    job_id = task_job_id(task.id, 0)
-
-    def mine(ctx: dict[str, Any]) -> bool:
-        return ctx["task_id"] == task.id
-
-    gate_a = lab.gate("export.after_read", actor="A", when=mine)
-    gate_b = lab.gate("claim.after", actor="B", when=mine)
-    # 26b's A: the STUCK preset (1 s lock, no renewal), its own stall check an hour away.
-    await lab.start_worker("A", **{**STUCK, "stalled_interval_ms": 3_600_000,
-                                   "export_batch_size": 1000})
-    await lab.enqueue(task.id)
-    await gate_a.reached(T)
-    async with lab.sessions() as s, s.begin():  # A's copy goes out of date
-        await s.execute(update(Ticket).where(Ticket.team_id == lab.team,
-                                             Ticket.priority == "HIGH")
-                        .values(title="B-era: " + Ticket.title))
-    await lab.start_worker("B", **WATCHFUL)
-    await lab.wait_for("stalled", job_id=job_id, timeout=T)
-    await gate_b.reached(T)
-    with lab.expect_errors(actor="A"), lab.expect_errors(actor="B"):
-        gate_a.release()
-        await lab.wait_for("error", actor="A", job_id=job_id, timeout=T)
-        gate_b.release()
-        done = await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
+    async with Takeover(lab, task.id, timeout=T) as race:
+        await race.a_claims_and_freezes()
+        async with lab.sessions() as s, s.begin():  # A's copy goes out of date
+            await s.execute(update(Ticket).where(Ticket.team_id == lab.team,
+                                                 Ticket.priority == "HIGH")
+                            .values(title="B-era: " + Ticket.title))
+        await race.b_takes_over()
+        # With a loose fence B's writes may be refused too: both executors' errors are part
+        # of what this run shows, not failures of the lab.
+        with lab.expect_errors(actor="A"), lab.expect_errors(actor="B"):
+            await race.a_returns_late()
+            done = await race.b_finishes()
     verdict.notes.append(say(f"race: B says {done['result']!r}",
                              f"竞争：B 说 {done['result']!r}"))
     row = await lab.task(task.id)
@@ -193,56 +182,36 @@ async def judge_fence(where: Any, *, settings: Any = None) -> Verdict:
 
 
 async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[int, list[str]]:
-    """The takeover race of §4.1–§4.7 as one run, A frozen at `a_point` (P2, P3, P5, P6):
-    A claims and freezes; the HIGH tickets are retitled `new: …`; B takes over (a real
-    `stalled`) and is held after its claim; A comes back late and the row must still be
-    B's snapshot, with no 100 reported; B finishes and its CSV is the one saved; a late
-    duplicate is skipped (P1). Returns (rows B saved, A's writes that failed on the lease).
-    The gates are released in `finally`, whatever happened."""
+    """The takeover race of §4.1–§4.7 as one run (`labs.races.Takeover`), A frozen at
+    `a_point` (P2, P3, P5, P6): A claims and freezes; the HIGH tickets are retitled
+    `new: …`; B takes over (a real `stalled`) and is held after its claim; A comes back
+    late and the row must still be B's snapshot, with no 100 reported; B finishes and its
+    CSV is the one saved; a late duplicate is skipped (P1). Returns (rows B saved, A's
+    writes that failed on the lease). The gates are released whatever happened."""
     from sqlalchemy import update
 
     from labs import tables
-    from labs.lab import WATCHFUL
 
     t = await lab.request_export({"priority": ["HIGH"]})
-    jid = task_job_id(t.id, 0)
-
-    def mine(ctx: dict[str, Any]) -> bool:
-        return ctx["task_id"] == t.id
-
-    g_a = lab.gate(a_point, actor="A", when=mine)
-    g_b = lab.gate("claim.after", actor="B", when=mine)
-    try:
-        await lab.stop_worker("B")                   # only A may take the first delivery
-        await lab.start_worker("A", **a_opts)
-        await lab.enqueue(t.id)
-        a_ctx = await g_a.reached(T)
+    async with Takeover(lab, t.id, a_point=a_point, a_opts=a_opts, timeout=T) as race:
+        a_ctx = await race.a_claims_and_freezes()
         async with lab.sessions() as s, s.begin():   # A's copy is now out of date
             await s.execute(update(Ticket).where(Ticket.priority == "HIGH")
                             .values(title="new: " + Ticket.title))
-        await lab.start_worker("B", **WATCHFUL)
-        await lab.wait_for("stalled", job_id=jid, timeout=T)
-        b_ctx = await g_b.reached(T)
+        b_ctx = await race.b_takes_over()
         before = await tables.row(lab, t.id)
         assert before["execution_id"] == b_ctx["execution_id"] != a_ctx["execution_id"]
-        with lab.expect_errors(source="worker error", actor="A", job_id=jid):
-            g_a.release()                            # the queue's lock is B's now
-            await g_a.passed(T)
-            await lab.wait_for("error", actor="A", job_id=jid, timeout=T)
+        await race.a_returns_late()                  # the queue's lock is B's now
         assert await tables.row(lab, t.id) == before
         assert (await lab.job(t.id)).progress != 100
-        g_b.release()
-        await lab.wait_for("completed", actor="B", job_id=jid, timeout=T)
-        done = await lab.task(t.id)
-        saved = [r["title"] for r in csv.DictReader(io.StringIO(done.result_csv or ""))]
-        assert done.status.value == "COMPLETED" and saved
-        assert all(x.startswith("new: ") for x in saved)
-        rerun = await lab.enqueue(t.id, jobId=f"{jid}-again")
-        late = await lab.wait_for("completed", job_id=rerun.id, timeout=T)
-        assert late["result"].startswith("skipped")
-    finally:
-        g_a.release()
-        g_b.release()
+        await race.b_finishes()
+    done = await lab.task(t.id)
+    saved = [r["title"] for r in csv.DictReader(io.StringIO(done.result_csv or ""))]
+    assert done.status.value == "COMPLETED" and saved
+    assert all(x.startswith("new: ") for x in saved)
+    rerun = await lab.enqueue(t.id, jobId=f"{race.job_id}-again")
+    late = await lab.wait_for("completed", job_id=rerun.id, timeout=T)
+    assert late["result"].startswith("skipped")
     return len(saved), [r["op"] for r in lab.history.of(actor="A", type="fail", task_id=t.id)]
 
 

@@ -19,7 +19,7 @@ import pytest
 def _run(settings, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url,
            "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
-    return subprocess.run([sys.executable, "-m", "devkit.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "labs.command", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -79,7 +79,7 @@ def test_demo_pause_without_a_terminal_says_so(settings):
     with one line and exit 2, not an `EOFError` halfway through the demo."""
     env = {**os.environ, "DATABASE_URL": settings.database_url,
            "REDIS_URL": settings.redis_url, "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
-    out = subprocess.run([sys.executable, "-m", "devkit.cli", "demo", "race", "--pause"],
+    out = subprocess.run([sys.executable, "-m", "labs.command", "demo", "race", "--pause"],
                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2, (out.stdout, out.stderr)

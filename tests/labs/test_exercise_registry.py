@@ -7,14 +7,17 @@ follows the notebook."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import linecache
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from labs.exercises import check, load_all
+from labs.exercises import Exercise, check, load_all
+from labs.lab import Lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 EXERCISES = load_all()
@@ -66,13 +69,25 @@ def bound_in(key: str, role: str, name: str) -> Any:
     raise AssertionError(f"{notebook.name}: the {role} cell of {key!r} binds no {name}")
 
 
+@contextlib.asynccontextmanager
+async def _context(exercise: Exercise, settings: Any) -> AsyncIterator[dict[str, Any]]:
+    """What the exercise's judge needs: made by its `context`, or by its `stage` in a lab
+    opened here."""
+    if exercise.stage is None:
+        async with exercise.context(settings) as context:
+            yield context
+        return
+    async with Lab.open(f"ex-{exercise.key}", settings=settings) as lab:
+        yield await exercise.stage(lab)
+
+
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_solution(
         key, service_settings):
     exercise = EXERCISES[key]
     starter = bound_in(key, "exercise", exercise.answer)
     solution = bound_in(key, "solution", exercise.solution)
-    async with exercise.context(service_settings) as context:
+    async with _context(exercise, service_settings) as context:
         for name, answer in {"the starter": starter, **exercise.wrong}.items():
             verdict = await check(key, answer, **context)
             assert not verdict.ok and verdict.attempted, f"{name}: {verdict}"

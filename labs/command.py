@@ -1,0 +1,67 @@
+"""The `teamdesk` console script, composed in the top room, where every room is visible.
+
+    teamdesk services up|down|status   the embedded PostgreSQL + Redis       (devkit)
+    teamdesk db upgrade                 migrate the database to the latest schema
+    teamdesk seed                       demo team, members, tickets (deterministic)
+    teamdesk lab                        services + schema + demo data, then JupyterLab
+    teamdesk worker                     the worker process: task worker + dispatch tick
+    teamdesk demo race                  the takeover race, narrated in the terminal (labs)
+    teamdesk tasks                      the task ledger as a table
+    teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
+    teamdesk editions [--draft NAME]    build the 中文 edition of the notebooks
+
+The product's commands are `teamdesk.cli`'s, the dev environment's `devkit.cli`'s (with the
+embedded default for every command); this module adds the lab's own, `demo`, which runs
+the race the notebooks run (`labs.races`). So no lower room has to reach up: the demo is
+no copy of the race with gates of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from devkit import cli as dev
+from teamdesk import cli as product
+
+
+def cmd_demo(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk demo race`: the takeover race narrated in the terminal (`labs.demo`)."""
+    import logging
+
+    from labs.demo import run_race_demo
+
+    # The narration says what happened (with the log line that matters, from the lab's
+    # log): the product's own log lines would interleave with it on the terminal.
+    logging.getLogger().addHandler(logging.NullHandler())
+    return asyncio.run(run_race_demo(resolve(), pause=args.pause))
+
+
+def _pause_needs_a_terminal(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.pause and not sys.stdin.isatty():
+        # It waits for Enter between steps: without a terminal that is an EOFError later.
+        parser.error("--pause needs a terminal on stdin (it waits for Enter between steps)")
+
+
+def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dm = sub.add_parser("demo", help="live demos for a class")
+    dm.add_argument("which", choices=["race"])
+    dm.add_argument("--pause", action="store_true",
+                    help="wait for Enter between steps (for narrating live)")
+    dm.set_defaults(func=cmd_demo, check=_pause_needs_a_terminal)
+
+
+#: Every command, in the order `--help` lists them: the lab's `demo` after `worker`.
+COMMANDS: tuple[product.AddCommand, ...] = tuple(
+    c for add in dev.COMMANDS for c in ((add, add_demo) if add is product.add_worker else (add,)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `teamdesk` command (the console script)."""
+    return dev.main(argv, commands=COMMANDS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
