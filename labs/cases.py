@@ -65,7 +65,10 @@ class CaseSpec:
             raise ValueError(f"case {self.name}: the 中文 choices need the same keys")
         # A case is an exercise like any other: `await check("case.<name>", (cause, rule),
         # case=case)`, its cells tagged `case.<name>`.
-        exercise(f"case.{self.name}", answer=self.answer, solution=self.solution,
+        other = next(key for key in self.choices if key != self.cause)
+        wrong = {"another cause": (other, min(self.rules)),
+                 "the cause with a rule that does not explain it": (self.cause, "P99")}
+        exercise(f"case.{self.name}", answer=self.answer, solution=self.solution, wrong=wrong,
                  stage=functools.partial(_staged, self.name))(_judge_case)
 
     def word(self, key: str) -> Any:

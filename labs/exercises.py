@@ -181,7 +181,7 @@ async def check(key: str, answer: Any, **context: Any) -> Verdict:
     (e.g. `lab=lab`)."""
     found = find(key)
     names = found.answer if isinstance(found.answer, tuple) else (found.answer,)
-    values = answer if isinstance(found.answer, tuple) else (answer,)
+    values = answer if isinstance(found.answer, tuple) and answer is not None else (answer,)
     if all(v is None for v in values):
         return not_attempted(" and ".join(names))
     return await found.judge(answer, **context)

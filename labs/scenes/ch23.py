@@ -5,13 +5,14 @@ rows of a request as a table, what is left of a request that failed, which ticke
 export should contain — and the machinery of its exercises and scenes, which a learner
 need not read to follow the chapter:
 
-- 练习 A's judge (`judge_order`): the learner's steps for one WAITING row, run with the
-  product's own add and mark (`Steps`: `dispatcher.add_job`, `dispatcher.mark_dispatched`)
-  with Redis up and during a real outage of a Redis server of its own (D2, D3, D8);
+- 练习 A's judge (`judge_order`, exercise `23.order` of `labs.exercises`): the learner's
+  steps for one WAITING row, run with the product's own add and mark (`Steps`:
+  `dispatcher.add_job`, `dispatcher.mark_dispatched`) with Redis up and during a real
+  outage of a Redis server of its own (D2, D3, D8);
 - the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
   D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `without_nulls_first`, D1);
-- the diagnosis cases `CASES` (`labs.cases`): "waiting-dispatched" (练习 C) and
-  "orphan-job" (练习 D), each staged by the real system;
+- the diagnosis cases `CASES` (`labs.cases`, exercises `case.<name>`): "waiting-dispatched"
+  (练习 C) and "orphan-job" (练习 D), each staged by the real system;
 - `window`: one scene's rows of the lab's history, for its swimlane.
 
 The scenes themselves (the two wrong orders, the gates, the outage) stay in the cells.
@@ -31,6 +32,7 @@ from sqlalchemy import func, select
 from devkit.i18n import say
 from labs import private_redis, statements, tables
 from labs.cases import CaseSpec
+from labs.exercises import Verdict, exercise, failed, fresh_world, passed
 from labs.history import History
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
@@ -145,33 +147,34 @@ class Steps:
 
 
 @dataclass
-class OrderVerdict:
-    """What the real runs said about a learner's step order: with Redis up (`calm`), with
-    Redis stopped during the steps (`storm`), and after Redis came back (one real tick and
-    a worker). `lost` is the D3 failure: marked dispatched with no job."""
+class OrderRuns:
+    """What the real runs found out about a learner's step order: with Redis up (`calm`),
+    with Redis stopped during the steps (`storm`), and after Redis came back (one real tick
+    and a worker). `lost` is the D3 failure: marked dispatched with no job. `stopped` holds
+    the note of a run that ended early (`labs.exercises.fresh_world`)."""
 
     calm: list[str] = field(default_factory=list)
     storm: list[str] = field(default_factory=list)
     calm_ok: bool = False
     storm_ok: bool = False
     lost: bool = False
+    stopped: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return self.calm_ok and self.storm_ok
-
-    def __str__(self) -> str:
-        head = (say("✓ Your order holds: enqueued exactly once and completed with Redis up; "
-                    "with Redis down nothing was lost and the next tick after recovery took the "
-                    "row (D2, D3, D8).",
-                    "✓ 你的顺序站得住：Redis 正常时恰好入队一次并完成；Redis 停掉时什么也没丢，"
-                    "恢复后的下一个 tick 取走了这一行（D2、D3、D8）。")
-                if self.ok else say("✗ Not yet:", "✗ 还不对："))
-        return "\n".join([head, say("Redis up:", "Redis 正常时："),
-                          *("  " + s for s in self.calm),
-                          say("Redis stopped during your steps, then back:",
-                              "你的步骤进行时 Redis 停掉，随后恢复："),
-                          *("  " + s for s in self.storm)])
+    def verdict(self) -> Verdict:
+        notes = [*(say("Redis up: ", "Redis 正常时：") + s for s in self.calm),
+                 *(say("Redis stopped during your steps, then back: ",
+                       "你的步骤进行时 Redis 停掉，随后恢复：") + s for s in self.storm),
+                 *self.stopped]
+        facts = {"calm": list(self.calm), "storm": list(self.storm), "calm_ok": self.calm_ok,
+                 "storm_ok": self.storm_ok, "lost": self.lost}
+        if self.calm_ok and self.storm_ok:
+            return passed(say("Your order holds: enqueued exactly once and completed with Redis "
+                              "up; with Redis down nothing was lost and the next tick after "
+                              "recovery took the row (D2, D3, D8).",
+                              "你的顺序站得住：Redis 正常时恰好入队一次并完成；Redis 停掉时什么"
+                              "也没丢，恢复后的下一个 tick 取走了这一行（D2、D3、D8）。"),
+                          *notes, **facts)
+        return failed(say("Not yet:", "还不对："), *notes, **facts)
 
 
 async def _one_row(lab: Lab, conn: Any, task_id: str) -> Any:
@@ -196,7 +199,24 @@ async def _completions(lab: Lab, task_id: str) -> int:
                and e.get("task_id") == task_id and "exported" in str(e.get("result")))
 
 
-async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
+async def _mark_anyway(row: Any, steps: Steps) -> None:
+    """A plausible wrong order: add first, but mark in `finally` — the same loss as marking
+    first when the add fails (D3)."""
+    try:
+        await steps.add_job(row)
+    finally:
+        await steps.mark_dispatched(row)
+
+
+async def _add_only(row: Any, steps: Steps) -> None:
+    """A plausible wrong order: it survives the outage but never marks, so every scan takes
+    the row again as never dispatched (D3)."""
+    await steps.add_job(row)
+
+
+@exercise("23.order", answer="my_dispatch_one", solution="solution_dispatch_one",
+          wrong={"add, then mark in finally": _mark_anyway, "add, never mark": _add_only})
+async def judge_order(fn: Any, *, settings: Any = None) -> Verdict:
     """Run a learner's `async def fn(row, steps)` (the steps of one WAITING row) against
     the real system, in a lab world of its own with its own Redis server:
 
@@ -207,32 +227,26 @@ async def judge_order(fn: Any, *, settings: Any = None) -> OrderVerdict | str:
        is started. The row must not be lost: a row marked dispatched with no job is
        skipped by the scan for 30 s (D1, D3); a row left unmarked is taken by that tick
        and completed."""
-    from labs.lab import Lab
-
-    if fn is None:
-        return say("not attempted yet: write my_dispatch_one(row, steps) above",
-                   "还没尝试：在上面写出 my_dispatch_one(row, steps)")
     if not inspect.iscoroutinefunction(fn):
-        return say("✗ write it as `async def my_dispatch_one(row, steps): ...` "
-                   "(the steps are awaited)",
-                   "✗ 请写成 `async def my_dispatch_one(row, steps): ...`（这些步骤要 await）")
-    verdict = OrderVerdict()
-    lab = await Lab.open("23-order-judge", settings=settings, tickets=10, private_redis=True)
-    try:
+        return failed(say("write it as `async def my_dispatch_one(row, steps): ...` "
+                          "(the steps are awaited)",
+                          "请写成 `async def my_dispatch_one(row, steps): ...`"
+                          "（这些步骤要 await）"))
+    runs = OrderRuns()
+    async with fresh_world("23-order-judge", runs.stopped, settings=settings, tickets=10,
+                           private_redis=True) as lab:
         async with Ledger(lab.settings.database_url).connection() as conn:
             steps = Steps(lab.queue, lab.settings, conn)
-            await _calm(lab, conn, fn, steps, verdict)
-            await _storm(lab, conn, fn, steps, verdict)
-    finally:
-        await lab.close(check=False)
-    return verdict
+            await _calm(lab, conn, fn, steps, runs)
+            await _storm(lab, conn, fn, steps, runs)
+    return runs.verdict()
 
 
-async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -> None:
     calm = await lab.request_export(ORDER_FILTERS)
     error = await _run_steps(fn, await _one_row(lab, conn, calm.id), steps)
     row, job = await lab.task(calm.id), await lab.job(calm.id)
-    note = verdict.calm.append
+    note = found.calm.append
     if error:
         note(say(f"your steps raised {error} although Redis was up",
                  f"Redis 正常，你的步骤却抛出了 {error}"))
@@ -256,17 +270,17 @@ async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdic
              f"the task is {done.status.value}",
              f"一个 job（<task>-{row.run}）；Worker 执行了它 {runs} 次；"
              f"任务是 {done.status.value}"))
-    verdict.calm_ok = (row.dispatched_at is not None and runs == 1
-                       and done.status.value == "COMPLETED")
+    found.calm_ok = (row.dispatched_at is not None and runs == 1
+                     and done.status.value == "COMPLETED")
 
 
-async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdict) -> None:
+async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -> None:
     storm = await lab.request_export(ORDER_FILTERS)
     row = await _one_row(lab, conn, storm.id)
     async with private_redis.outage(lab):
         error = await _run_steps(fn, row, steps)
         during = await lab.task(storm.id)
-    note = verdict.storm.append
+    note = found.storm.append
     note(say(f"your steps {'raised ' + error if error else 'returned'}; the row: WAITING, "
              f"dispatched_at {'set' if during.dispatched_at else 'NULL'}, no job",
              f"你的步骤{'抛出了 ' + error if error else '正常返回'}；这一行：WAITING，"
@@ -274,7 +288,7 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdi
     report = await lab.dispatch()  # Redis is back, empty: the first tick after recovery
     job = await lab.job(storm.id)
     if during.dispatched_at is not None and job is None:
-        verdict.lost = True
+        found.lost = True
         note(say(f"LOST: the first tick after recovery scanned {report.scanned} row(s) and skipped "
                  "it — it says 'checked' with no job behind it, so the scan leaves it for 30 s "
                  "(D1, D3); read as 'sent', never again",
@@ -296,7 +310,7 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, verdict: OrderVerdi
              f"it {runs} time(s); the task is {done.status.value}",
              f"恢复后的第一个 tick 把它入队了（added={report.added}）；Worker 执行了它 "
              f"{runs} 次；任务是 {done.status.value}"))
-    verdict.storm_ok = runs == 1 and done.status.value == "COMPLETED"
+    found.storm_ok = runs == 1 and done.status.value == "COMPLETED"
 
 
 # ------------------------------------------------------------ §5: the tick loop (D8)
@@ -460,6 +474,8 @@ CASES = {
             "d4-missed": "the dispatcher's D4 failed branch missed it and must fail the task",
         },
         cause="old-run", rules=frozenset({"R2", "R3", "I2", "Q1"}),
+        # The notebook's second case beside the first: its own names (练习 D).
+        answer=("my_cause_d", "my_rule_d"), solution=("solution_cause_d", "solution_rule_d"),
         why="a manual retry opens run + 1, whose job id <task>-1 is new (I2, R2); the "
             "failed record of <task>-0 stays for removeOnFail's week (Q1) and, if it were "
             "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "

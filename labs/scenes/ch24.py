@@ -2,13 +2,16 @@
 revision number).
 
 Two tables the notebook shows after each scene — the reminder tasks and the tickets they
-belong to — and the judge of its exercise. A learner need not read them to follow the
-chapter; the scenes (re-schedule, clear, close, run, duplicate) stay in the cells.
+belong to — the facts and judge of exercise D (a `learn.check`), and the judge of the
+stale-check exercise (`24.stale`, `labs.exercises`). A learner need not read them to
+follow the chapter; the scenes (re-schedule, clear, close, run, duplicate) stay in the
+cells.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,7 @@ from sqlalchemy import select
 
 from devkit.i18n import say
 from labs import tables
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.names import Names
 from teamdesk.db.models import Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
@@ -81,27 +85,6 @@ def d_judged(facts: dict[str, Any] | None) -> bool | str:
 
 # ------------------------------------------------------------ 练习 (ours): the stale check
 
-@dataclass
-class StaleVerdict:
-    """What the real reminder executor did with a learner's stale check, per situation."""
-
-    lines: list[str] = field(default_factory=list)
-    right: int = 0
-    total: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.total > 0 and self.right == self.total
-
-    def __str__(self) -> str:
-        head = (say("✓ every reminder did what it should: only the current one reminded "
-                    "anyone (M1, O3, P10)",
-                    "✓ 每条提醒都做了该做的事：只有当前的那条提醒了人（M1、O3、P10）")
-                if self.ok else say(f"✗ {self.right} of {self.total} right:",
-                                    f"✗ {self.total} 条里对了 {self.right} 条："))
-        return "\n".join([head, *self.lines])
-
-
 async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     """Four tickets, each with a reminder due now, changed by the product's services:
     (what happened, the reminder to run, whether it should remind anyone, what a wrong
@@ -133,7 +116,27 @@ async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     return out
 
 
-async def judge_stale(lab: Lab, fn: Any) -> StaleVerdict | str:
+def _never_stale(task: Any, ticket: Any) -> str | None:
+    """A plausible wrong check: every reminder still applies (the moved, cleared and closed
+    tickets are all reminded, M1)."""
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _lab(settings: Any) -> AsyncIterator[dict[str, Any]]:
+    """The exercise's context outside the notebook: a seeded lab of its own (`lab=`)."""
+    from labs.lab import Lab
+
+    lab = await Lab.open("24-stale-judge", settings=settings, tickets=60)
+    try:
+        yield {"lab": lab}
+    finally:
+        await lab.close(check=False)
+
+
+@exercise("24.stale", answer="my_stale_reason", solution="solution_stale_reason",
+          wrong={"never stale": _never_stale}, context=_lab)
+async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
     """Run the real processor and REMINDER executor (`process_task`, claim → team lock →
     ticket read → the check → effects → fenced completion, P10) on four reminders, with
     the learner's `fn(task, ticket)` as the executor's stale check (the product's seam
@@ -143,36 +146,36 @@ async def judge_stale(lab: Lab, fn: Any) -> StaleVerdict | str:
     from teamdesk.tasks.processor import process_task
     from teamdesk.testing import FakeJob
 
-    if fn is None:
-        return say("not attempted yet: write my_stale_reason(task, ticket) above",
-                   "还没有尝试：在上面写出 my_stale_reason(task, ticket)")
     if not callable(fn):
-        return say("✗ write a function: def my_stale_reason(task, ticket): ...",
-                   "✗ 请写一个函数：def my_stale_reason(task, ticket): ...")
+        return failed(say("write a function: def my_stale_reason(task, ticket): ...",
+                          "请写一个函数：def my_stale_reason(task, ticket): ..."))
     ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
-    verdict = StaleVerdict()
+    lines: list[str] = []
+    right = total = 0
     for what, task, should_send, cost in await _situations(lab):
-        verdict.total += 1
+        total += 1
         try:
             await process_task(FakeJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
-            verdict.lines.append(say(
-                f"  ✗ {what}: your check raised {type(err).__name__}; the "
-                "reminder is left for a retry, nobody was told why",
-                f"  ✗ {what}：你的检查抛出了 {type(err).__name__}；"
-                "这条提醒留待重试，没有人被告知原因"))
+            lines.append(say(f"✗ {what}: your check raised {type(err).__name__}; the "
+                             "reminder is left for a retry, nobody was told why",
+                             f"✗ {what}：你的检查抛出了 {type(err).__name__}；"
+                             "这条提醒留待重试，没有人被告知原因"))
             continue
         row = await lab.task(task.id)
         sent = (row.result_summary or "").startswith("Reminder sent")
-        if sent == should_send:
-            verdict.right += 1
-            mark = "✓"
-        else:
-            mark = "✗"
+        right += sent == should_send
+        mark = "✓" if sent == should_send else "✗"
         did = say("reminded", "提醒了") if sent else say("sent nothing", "什么也没发")
         ought = "" if sent == should_send else f" — {cost}"
-        verdict.lines.append(say(f"  {mark} {what}: {did} ({row.status.value}: "
-                                 f"{row.result_summary}){ought}",
-                                 f"  {mark} {what}：{did}（{row.status.value}："
-                                 f"{row.result_summary}）{ought}"))
-    return verdict
+        lines.append(say(f"{mark} {what}: {did} ({row.status.value}: "
+                         f"{row.result_summary}){ought}",
+                         f"{mark} {what}：{did}（{row.status.value}："
+                         f"{row.result_summary}）{ought}"))
+    if right == total:
+        return passed(say("every reminder did what it should: only the current one reminded "
+                          "anyone (M1, O3, P10)",
+                          "每条提醒都做了该做的事：只有当前的那条提醒了人（M1、O3、P10）"),
+                      *lines, right=right, total=total)
+    return failed(say(f"{right} of {total} right:", f"{total} 条里对了 {right} 条："),
+                  *lines, right=right, total=total)

@@ -2,22 +2,24 @@
 
 A download that reports instead of raising, a read-only count, a snapshot of both records
 while an export is paused, the task row an older release's request would have written
-(for the invalid-filter scene, P8), and the exercise's judge: the learner's narrower
-filters run as a real export (request, dispatcher, worker, download) and are judged by
-the rows it saved (X1, R4). A learner need not read them to follow the chapter; the
-scenes (the gates between batches, the rejections, the retry, the demotion, the purge)
-stay in the cells.
+(for the invalid-filter scene, P8), and the exercise's judge (`25.narrowed`,
+`labs.exercises`): the learner's narrower filters run as a real export (request,
+dispatcher, worker, download) and are judged by the rows it saved (X1, R4). A learner
+need not read them to follow the chapter; the scenes (the gates between batches, the
+rejections, the retry, the demotion, the purge) stay in the cells.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
+from labs.exercises import Verdict, exercise, failed, passed
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
 from teamdesk.errors import TeamDeskError
 from teamdesk.services import exports
@@ -105,18 +107,6 @@ async def legacy_export(lab: Lab, filters: dict[str, Any], *, user: str = "ben"
 WISH = {"text": "Webhook"}
 
 
-@dataclass
-class NarrowedVerdict:
-    """The exercise's verdict: `ok` when the learner's filters, requested as a new task,
-    ran to COMPLETED with the rows they mean — each about Webhook, 1 to the limit."""
-
-    ok: bool
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
-
-
 async def _finished(lab: Lab, job_id: str) -> dict[str, Any]:
     """The first `completed` or `failed` event of `job_id` (bounded)."""
     waits = [asyncio.ensure_future(lab.wait_for(kind, job_id=job_id, timeout=T))
@@ -127,23 +117,42 @@ async def _finished(lab: Lab, job_id: str) -> dict[str, Any]:
     return next(iter(done)).result()
 
 
-async def judge_narrowed(lab: Lab, filters: Any, *, user: str = "ben") -> NarrowedVerdict:
+@contextlib.asynccontextmanager
+async def _webhook_world(settings: Any) -> AsyncIterator[dict[str, Any]]:
+    """The exercise's context outside the notebook: a lab with notebook 25's export limit
+    (30) whose Webhook tickets grew past it, as §4 made them (31), `lab=`."""
+    from labs.lab import Lab
+
+    lab = await Lab.open("25-narrowed-judge", settings=settings, export_limit=30)
+    try:
+        for i in range(3):
+            await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
+        yield {"lab": lab}
+    finally:
+        await lab.close(check=False)
+
+
+@exercise("25.narrowed", answer="my_filters", solution="solution_filters", context=_webhook_world,
+          wrong={"an invalid status": {"text": "Webhook", "status": ["ARCHIVED"]},
+                 "a filter that matches nothing": {"text": "Webhook",
+                                                   "created_to": "2000-01-01"}})
+async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdict:
     """Request `filters` as a new export (X1: validated and counted first), dispatch it,
-    let the lab's worker W run it, download it and read the rows: ✓ when it COMPLETED
-    with 1 to `export_limit` rows, every title about Webhook, exactly the tickets the
-    filters match (a new, narrower task, R4). Else what went wrong, from the real system."""
+    let the lab's worker W run it, download it and read the rows: it holds when it
+    COMPLETED with 1 to `export_limit` rows, every title about Webhook, exactly the tickets
+    the filters match (a new, narrower task, R4). Else what went wrong, from the real
+    system."""
     if not isinstance(filters, dict) or filters.get("text") != WISH["text"]:
-        return NarrowedVerdict(False, say("✗ keep Ben's wish, {'text': 'Webhook', …}, and "
-                                          "narrow it with more filters",
-                                          "✗ 保留 Ben 的愿望 {'text': 'Webhook', …}，"
-                                          "再加筛选条件把它变窄"))
+        return failed(say("keep Ben's wish, {'text': 'Webhook', …}, and narrow it with more "
+                          "filters",
+                          "保留 Ben 的愿望 {'text': 'Webhook', …}，再加筛选条件把它变窄"))
     try:
         task = await lab.request_export(filters, user=user)
     except TeamDeskError as err:
-        return NarrowedVerdict(False, say(f"✗ the request was refused and wrote nothing — "
-                                          f"{type(err).__name__}: {err}",
-                                          f"✗ 申请被拒绝，什么也没写——"
-                                          f"{type(err).__name__}: {err}"))
+        return failed(say(f"the request was refused and wrote nothing — "
+                          f"{type(err).__name__}: {err}",
+                          f"申请被拒绝，什么也没写——{type(err).__name__}: {err}"),
+                      refused=type(err).__name__)
     if "W" not in lab.workers:
         await lab.start_worker("W", export_batch_size=10)
     job_id = task_job_id(task.id, 0)
@@ -151,28 +160,26 @@ async def judge_narrowed(lab: Lab, filters: Any, *, user: str = "ben") -> Narrow
         await lab.dispatch()
         await _finished(lab, job_id)
     row = await lab.task(task.id)
+    facts = {"task_id": task.id, "status": row.status.value}
     if row.status is not TaskStatus.COMPLETED:
-        return NarrowedVerdict(False, say(f"✗ accepted, but the export ended "
-                                          f"{row.status.value}: {row.last_error}",
-                                          f"✗ 已受理，但导出以 {row.status.value} 结束："
-                                          f"{row.last_error}"))
+        return failed(say(f"accepted, but the export ended {row.status.value}: "
+                          f"{row.last_error}",
+                          f"已受理，但导出以 {row.status.value} 结束：{row.last_error}"),
+                      **facts)
     saved = list(csv.DictReader(io.StringIO((await download(lab, user, task)).csv)))
     async with lab.sessions() as s:
         meant = await exports.matching_tickets(s, lab.team, user, task.scope,
                                                exports.validate_filters(filters))
     limit = lab.settings.export_limit
+    facts |= {"rows": len(saved), "limit": limit}
     if not saved:
-        return NarrowedVerdict(False, say("✗ it ran, but saved 0 rows: narrow the export, "
-                                          "do not empty it",
-                                          "✗ 它执行了，但保存了 0 行：要让导出变窄，"
-                                          "不是把它清空"))
+        return failed(say("it ran, but saved 0 rows: narrow the export, do not empty it",
+                          "它执行了，但保存了 0 行：要让导出变窄，不是把它清空"), **facts)
     if [int(r["id"]) for r in saved] != [t.id for t in meant] or not all(
             WISH["text"].lower() in r["title"].lower() for r in saved):
-        return NarrowedVerdict(False, say("✗ the saved rows are not the tickets your filters "
-                                          "match", "✗ 保存下来的行不是你的筛选条件匹配的工单"))
-    return NarrowedVerdict(True, say(f"✓ a new, narrower task: COMPLETED, {len(saved)} rows "
-                                     f"(limit {limit}), every one about Webhook — "
-                                     f"{row.result_summary} (X1, R4)",
-                                     f"✓ 一个新的、更窄的任务：COMPLETED，{len(saved)} 行"
-                                     f"（限额 {limit}），每一行都与 Webhook 有关——"
-                                     f"{row.result_summary}（X1、R4）"))
+        return failed(say("the saved rows are not the tickets your filters match",
+                          "保存下来的行不是你的筛选条件匹配的工单"), **facts)
+    return passed(say(f"a new, narrower task: COMPLETED, {len(saved)} rows (limit {limit}), "
+                      f"every one about Webhook — {row.result_summary} (X1, R4)",
+                      f"一个新的、更窄的任务：COMPLETED，{len(saved)} 行（限额 {limit}），"
+                      f"每一行都与 Webhook 有关——{row.result_summary}（X1、R4）"), **facts)

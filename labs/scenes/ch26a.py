@@ -4,17 +4,20 @@
 with a `FakeJob` in its unit-level tests, and so do we (`teamdesk.testing.FakeJob`). The
 processor, the lease and the ledger stay real; only the queue's job object is a stand-in, so
 what the cell shows is the product's own classification of each attempt (P4, P7, I3).
+Exercise E (retry or reject) is judged the same way, through the real processor: exercise
+`26a.kinds` of `labs.exercises`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Awaitable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs import fonts
+from labs.exercises import Verdict, exercise, failed, passed
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
@@ -152,58 +155,64 @@ async def _outcome(lab: Lab, ctx: TaskContext, situation: str, choice: str
     return status, executions
 
 
-@dataclass
-class KindsVerdict:
-    """Exercise E's verdict: `ok` when every situation ended the way it should."""
+@contextlib.asynccontextmanager
+async def _lab_and_executor(settings: Any) -> AsyncIterator[dict[str, Any]]:
+    """The exercise's context outside the notebook: a lab with the notebook's short backoff
+    (`lab=`) and executor A's context (`ctx=`), as §3 makes them."""
+    from labs.lab import Lab
 
-    ok: bool
-    text: str
+    lab = await Lab.open("26a-kinds-judge", settings=settings, tickets=60, backoff_delay_ms=30)
+    try:
+        yield {"lab": lab, "ctx": TaskContext(settings=lab.settings, actor="A")}
+    finally:
+        await lab.close(check=False)
 
-    def __str__(self) -> str:
-        return self.text
 
-
-async def judge_kinds(lab: Lab, ctx: TaskContext, choices: Any) -> KindsVerdict:
+@exercise("26a.kinds", answer="my_kinds", solution="solution_kinds", context=_lab_and_executor,
+          wrong={"reject everything": dict.fromkeys(SITUATIONS, "reject")})
+async def judge_kinds(choices: Any, *, lab: Lab, ctx: TaskContext) -> Verdict:
     """Exercise E: each situation run through the real processor with the learner's
-    choice; ✓ when the task ended the way it should — finished after a passing problem,
-    FAILED at once for a lasting one — else what the choice cost."""
+    choice; it holds when every task ended the way it should — finished after a passing
+    problem, FAILED at once for a lasting one — else what each choice cost (P7)."""
     if not isinstance(choices, dict) or set(choices) != set(SITUATIONS):
-        return KindsVerdict(False, say("✗ my_kinds must map each situation above to "
-                                       "\"retry\" or \"reject\"",
-                                       "✗ my_kinds 必须为上面的每一种情况写上 "
-                                       "\"retry\" 或 \"reject\""))
+        return failed(say("my_kinds must map each situation above to \"retry\" or \"reject\"",
+                          "my_kinds 必须为上面的每一种情况写上 \"retry\" 或 \"reject\""))
     lines, right = [], 0
+    outcomes: dict[str, tuple[str, str, int] | None] = {}
     for situation, choice in choices.items():
         zh = SITUATIONS_ZH[situation]
         if choice not in CHOICES:
-            lines.append(say(f"  ? {situation}: write \"retry\" or \"reject\"",
-                             f"  ? {zh}：请写 \"retry\" 或 \"reject\""))
+            outcomes[situation] = None
+            lines.append(say(f"? {situation}: write \"retry\" or \"reject\"",
+                             f"? {zh}：请写 \"retry\" 或 \"reject\""))
             continue
         status, runs = await _outcome(lab, ctx, situation, choice)
+        outcomes[situation] = (choice, status, runs)
         stays = SITUATIONS[situation][0]
         if not stays and status == "COMPLETED":
             right += 1
-            lines.append(say(f"  ✓ {situation}: {choice} → COMPLETED on attempt {runs}",
-                             f"  ✓ {zh}：{choice} → 第 {runs} 次尝试 COMPLETED"))
+            lines.append(say(f"✓ {situation}: {choice} → COMPLETED on attempt {runs}",
+                             f"✓ {zh}：{choice} → 第 {runs} 次尝试 COMPLETED"))
         elif stays and status == "FAILED" and runs == 1:
             right += 1
-            lines.append(say(f"  ✓ {situation}: {choice} → FAILED at once, a clear reason kept",
-                             f"  ✓ {zh}：{choice} → 立即 FAILED，留下了清楚的原因"))
+            lines.append(say(f"✓ {situation}: {choice} → FAILED at once, a clear reason kept",
+                             f"✓ {zh}：{choice} → 立即 FAILED，留下了清楚的原因"))
         elif not stays:
-            lines.append(say(f"  ✗ {situation}: {choice} → {status} after {runs} execution(s); "
+            lines.append(say(f"✗ {situation}: {choice} → {status} after {runs} execution(s); "
                              "the problem had passed, a retry would have finished the export",
-                             f"  ✗ {zh}：{choice} → 执行 {runs} 次后 {status}；"
+                             f"✗ {zh}：{choice} → 执行 {runs} 次后 {status}；"
                              "问题已经过去，重试本可以完成导出"))
         else:
-            lines.append(say(f"  ✗ {situation}: {choice} → {status} only after {runs} "
+            lines.append(say(f"✗ {situation}: {choice} → {status} only after {runs} "
                              "executions: each retry met the same problem (and the user waited)",
-                             f"  ✗ {zh}：{choice} → 直到执行 {runs} 次后才 {status}："
+                             f"✗ {zh}：{choice} → 直到执行 {runs} 次后才 {status}："
                              "每次重试都遇到同样的问题（用户白白等着）"))
-    head = (say("✓ every task ended the way it should (P7)", "✓ 每个任务都以应有的方式结束（P7）")
-            if right == len(SITUATIONS)
-            else say(f"{right} of {len(SITUATIONS)} right",
-                     f"{len(SITUATIONS)} 种情况里对了 {right} 种"))
-    return KindsVerdict(right == len(SITUATIONS), "\n".join([head, *lines]))
+    facts = {"right": right, "total": len(SITUATIONS), "outcomes": outcomes}
+    if right == len(SITUATIONS):
+        return passed(say("every task ended the way it should (P7)",
+                          "每个任务都以应有的方式结束（P7）"), *lines, **facts)
+    return failed(say(f"{right} of {len(SITUATIONS)} right",
+                      f"{len(SITUATIONS)} 种情况里对了 {right} 种"), *lines, **facts)
 
 
 # ---------------------------------------------------------------- §2: the backoff, measured

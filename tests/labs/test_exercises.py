@@ -1,6 +1,6 @@
-"""Write-it-yourself exercises are judged by the real system: for each one, the judge
-rejects the notebook's own starter and accepts its hidden solution (a judge that cannot
-tell them apart judges nothing)."""
+"""Write-it-yourself exercises are judged by the real system. That each judge refuses the
+notebook's starter and accepts its hidden solution is `test_exercise_registry.py`'s job;
+here: why a wrong answer is refused, and the pieces a judge is built from."""
 
 from __future__ import annotations
 
@@ -44,19 +44,22 @@ def test_a_condition_that_is_not_one_is_refused_with_a_reason(where, message):
         ch26b.where_fence(where)
 
 
-async def test_26a_retry_or_reject_judge_rejects_the_starter_and_accepts_the_solution(lab):
-    """P7, P8: run through the real processor, retrying a lasting problem fails only after
-    three executions and rejecting a passing one fails a task a retry would finish; the
-    notebook's starter (retry everything) is judged wrong, its solution right."""
+async def test_26a_each_wrong_choice_is_refused_for_what_it_cost(lab):
+    """P7, P8: run through the real processor, the notebook's starter (retry everything)
+    fails a lasting problem only after three executions, and the registered wrong answer
+    (reject everything) fails a task a retry would have finished."""
+    from labs.exercises import find
     from labs.scenes import ch26a
     from teamdesk.tasks.context import TaskContext
 
     ctx = TaskContext(settings=lab.settings, actor="A")
+    owner_gone = "the export's owner is no longer a member of the team"
+    redis_timeout = "Redis timed out while the progress was reported"
     starter = _assigned("26a-identities-and-retries.ipynb", "exercise", "my_kinds")
-    solution = _assigned("26a-identities-and-retries.ipynb", "solution", "solution_kinds")
-    bad = await ch26a.judge_kinds(lab, ctx, starter)
-    good = await ch26a.judge_kinds(lab, ctx, solution)
-    assert not bad.ok and "only after 3 executions" in bad.text, bad.text
-    assert good.ok, good.text
-    all_reject = await ch26a.judge_kinds(lab, ctx, dict.fromkeys(solution, "reject"))
-    assert not all_reject.ok and "a retry would have finished" in all_reject.text
+    retried = await ch26a.judge_kinds(starter, lab=lab, ctx=ctx)
+    assert not retried.ok and "only after 3 executions" in str(retried), str(retried)
+    assert retried.facts["outcomes"][owner_gone] == ("retry", "FAILED", 3), str(retried)
+    all_reject = find("26a.kinds").wrong["reject everything"]
+    rejected = await ch26a.judge_kinds(all_reject, lab=lab, ctx=ctx)
+    assert not rejected.ok and "a retry would have finished" in str(rejected), str(rejected)
+    assert rejected.facts["outcomes"][redis_timeout] == ("reject", "FAILED", 1), str(rejected)

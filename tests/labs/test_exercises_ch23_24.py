@@ -1,6 +1,7 @@
 """Chapter 23 and 24's write-it-yourself exercises and diagnosis cases, judged by the real
-system: each judge rejects the notebook's own starter and accepts its hidden solution, and
-each case is staged for real and judged on its cause and rule."""
+system: why each wrong answer is refused (that the starter is refused and the solution
+accepted is `test_exercise_registry.py`'s job), and each case staged for real and judged
+on its cause and rule."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from labs.exercises import check, find
 from labs.lab import Lab
 from labs.scenes import ch23
 from tests.labs.test_exercises import NOTEBOOKS, _assigned
@@ -31,45 +33,33 @@ def _defined(notebook: str, tag: str, name: str) -> Any:
     raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
 
 
-async def test_23_step_order_judge_rejects_the_starter_and_accepts_the_solution(
-        service_settings):
-    """D2, D3, D8: under a real Redis outage the starter (mark, then add) loses the row —
-    marked dispatched with no job, skipped by the first tick after recovery (D1); the
-    solution (add, then mark, a failure raising) leaves it for that tick, which enqueues
-    it, and a worker completes it once."""
-    starter = _defined("23-outbox.ipynb", "exercise", "my_dispatch_one")
-    solution = _defined("23-outbox.ipynb", "solution", "solution_dispatch_one")
-    bad = await ch23.judge_order(starter, settings=service_settings)
-    good = await ch23.judge_order(solution, settings=service_settings)
-    assert not bad.ok and bad.lost and bad.calm_ok, str(bad)
-    assert good.ok and not good.lost, str(good)
+def _wrong_order(name: str) -> Any:
+    """The notebook's starter, or one of the wrong orders registered with exercise 23.order."""
+    if name == "the starter":
+        return _defined("23-outbox.ipynb", "exercise", "my_dispatch_one")
+    return find("23.order").wrong[name]
 
 
-async def test_23_catching_the_failed_add_and_marking_anyway_is_judged_lost(service_settings):
-    """D3: a plausible wrong answer — add first, but mark in `finally` — is the same loss."""
-    async def mark_anyway(row, steps):
-        try:
-            await steps.add_job(row)
-        finally:
-            await steps.mark_dispatched(row)
-
-    verdict = await ch23.judge_order(mark_anyway, settings=service_settings)
-    assert not verdict.ok and verdict.lost, str(verdict)
-
-
-async def test_23_an_order_that_never_marks_is_rejected(service_settings):
-    """D3: adding without the mark passes the outage but leaves every row unmarked."""
-    async def add_only(row, steps):
-        await steps.add_job(row)
-
-    verdict = await ch23.judge_order(add_only, settings=service_settings)
-    assert not verdict.ok and not verdict.calm_ok, str(verdict)
-    assert any("dispatched_at was not marked" in line for line in verdict.calm)
+@pytest.mark.parametrize(("name", "lost", "calm_ok"), [
+    ("the starter", True, True),  # mark, then add: the add meets the outage after the mark
+    ("add, then mark in finally", True, True),  # catching the failed add is the same loss
+    ("add, never mark", False, False),  # survives the outage, every row stays unmarked
+])
+async def test_23_each_wrong_order_is_refused_for_what_it_did(service_settings, name, lost,
+                                                               calm_ok):
+    """D1, D3, D8: under a real Redis outage, marking before the add succeeded loses the
+    row — marked dispatched with no job, skipped by the first tick after recovery; an
+    order that never marks is refused already with Redis up."""
+    verdict = await ch23.judge_order(_wrong_order(name), settings=service_settings)
+    assert not verdict.ok, str(verdict)
+    assert (verdict.facts["lost"], verdict.facts["calm_ok"]) == (lost, calm_ok), str(verdict)
+    if not calm_ok:
+        assert any("dispatched_at was not marked" in n for n in verdict.facts["calm"])
 
 
-async def test_23_judge_says_what_to_write_for_no_answer_or_a_plain_function():
-    assert "not attempted" in str(await ch23.judge_order(None))
-    assert "async def" in str(await ch23.judge_order(lambda row, steps: None))
+async def test_23_judge_says_what_to_write_for_a_plain_function():
+    verdict = await ch23.judge_order(lambda row, steps: None)
+    assert not verdict.ok and "async def" in str(verdict)
 
 
 @pytest.mark.parametrize(("name", "right", "wrong"), [
@@ -92,9 +82,10 @@ async def test_23_cases_are_staged_for_real_and_judged(service_settings, name, r
             assert sorted(zip(case.board["job_id"], case.board["state"], strict=True)) == [
                 (f"{case.task_id}-0", "failed"), (f"{case.task_id}-1", "completed")]
         cause, rule = right
-        assert case.judge(cause=cause, rule=rule).ok
-        assert not case.judge(cause=wrong, rule=rule).ok
-        assert not case.judge(cause=cause, rule="P5").ok
+        key = f"case.{name}"
+        assert (await check(key, (cause, rule), case=case)).ok
+        assert not (await check(key, (wrong, rule), case=case)).ok
+        assert "not the rule" in str(await check(key, (cause, "P5"), case=case))
 
 
 def test_the_exercise_helpers_read_the_notebooks():
@@ -107,20 +98,19 @@ def test_the_exercise_helpers_read_the_notebooks():
     assert _assigned("23-outbox.ipynb", "exercise", "my_cause") is None
 
 
-async def test_24_stale_check_judge_rejects_the_starter_and_accepts_the_solution(lab):
+async def test_24_each_wrong_stale_check_is_refused_for_the_reminders_it_got_wrong(lab):
     """M1, O3, P10: run by the real processor and REMINDER executor with the learner's
-    check (`TaskContext.stale_check`), the starter (closed tickets only) reminds for a
-    moved and a cleared due date; the solution (the revision) sends only the current one."""
+    check (`TaskContext.stale_check`), the starter (closed tickets only) still reminds for
+    a moved and a cleared due date (2 of 4), and a check that never finds a reminder stale
+    (registered with 24.stale) reminds for every one but the current (1 of 4)."""
     from labs.scenes import ch24
 
     starter = _defined("24-reminders.ipynb", "exercise", "my_stale_reason")
-    solution = _defined("24-reminders.ipynb", "solution", "solution_stale_reason")
-    bad = await ch24.judge_stale(lab, starter)
-    good = await ch24.judge_stale(lab, solution)
-    assert not bad.ok and bad.right == 2, str(bad)
-    assert good.ok and good.right == 4, str(good)
-    always = await ch24.judge_stale(lab, lambda task, ticket: None)
-    assert not always.ok and always.right == 1, str(always)
+    closed_only = await ch24.judge_stale(starter, lab=lab)
+    assert not closed_only.ok and closed_only.facts["right"] == 2, str(closed_only)
+    assert "twice for one ticket" in str(closed_only)
+    never = await ch24.judge_stale(find("24.stale").wrong["never stale"], lab=lab)
+    assert not never.ok and never.facts["right"] == 1, str(never)
 
 
 def test_24_starter_does_not_hold_the_answer():

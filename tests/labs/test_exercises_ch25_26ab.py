@@ -1,6 +1,6 @@
-"""Write-it-yourself exercises of notebooks 25, 26a and 26b, judged by the real system: the
-judge rejects the notebook's starter and accepts its hidden solution (a judge that cannot
-tell them apart judges nothing), and one more plausible wrong answer is rejected."""
+"""Write-it-yourself exercises of notebooks 25, 26a and 26b, judged by the real system: why
+each plausible wrong answer is rejected (that the judge refuses the notebook's starter and
+accepts its hidden solution is `test_exercise_registry.py`'s job)."""
 
 from __future__ import annotations
 
@@ -108,31 +108,27 @@ async def test_26b_a_test_that_hangs_or_keeps_its_gates_is_rejected(service_sett
 NB_25 = "25-exports.ipynb"
 
 
-async def test_25_narrower_task_judge_rejects_the_starter_and_accepts_the_solution(
+async def test_25_each_wrong_filter_is_refused_for_what_the_real_export_did(
         service_settings):
-    """X1, R4, P8: in notebook 25's world (limit 30, 31 Webhook tickets), the starter — the
-    filters a retry keeps — is refused by the request; the solution runs to COMPLETED with
-    the rows it means; an invalid status and a filter that matches nothing are rejected."""
-    from labs.lab import Lab
-    from labs.scenes import ch25
+    """X1, R4, P8: in notebook 25's world (limit 30, 31 Webhook tickets: the registered
+    context), the starter — the filters a retry keeps — is refused by the request's count;
+    an invalid status by its validation; a filter that matches nothing runs and saves 0
+    rows; dropping Ben's wish is refused before anything runs."""
+    from labs.exercises import check, find
     from tests.labs.test_exercises import _assigned
 
+    exercise = find("25.narrowed")
     starter = _assigned(NB_25, "exercise", "my_filters")
-    solution = _assigned(NB_25, "solution", "solution_filters")
-    async with Lab.open("t25", settings=service_settings, export_limit=30) as lab:
-        for i in range(3):  # as §4 does: the Webhook tickets grow past the limit
-            await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
-        bad = await ch25.judge_narrowed(lab, starter)
-        assert not bad.ok and "ExportTooLarge" in bad.text, bad.text
-        good = await ch25.judge_narrowed(lab, solution)
-        assert good.ok and "COMPLETED" in good.text, good.text
-        invalid = await ch25.judge_narrowed(lab, {"text": "Webhook", "status": ["ARCHIVED"]})
-        assert not invalid.ok and "InvalidFilters" in invalid.text, invalid.text
-        empty = await ch25.judge_narrowed(lab, {"text": "Webhook", "created_to": "2000-01-01"})
-        assert not empty.ok and "0 rows" in empty.text, empty.text
-        dropped = await ch25.judge_narrowed(lab, {"status": ["OPEN"]})
-        assert not dropped.ok and "keep Ben's wish" in dropped.text
-        await lab.stop_workers()
+    async with exercise.context(service_settings) as context:
+        too_many = await check("25.narrowed", starter, **context)
+        assert not too_many.ok and too_many.facts["refused"] == "ExportTooLarge", str(too_many)
+        invalid = await check("25.narrowed", exercise.wrong["an invalid status"], **context)
+        assert not invalid.ok and invalid.facts["refused"] == "InvalidFilters", str(invalid)
+        empty = await check("25.narrowed", exercise.wrong["a filter that matches nothing"],
+                            **context)
+        assert not empty.ok and empty.facts["rows"] == 0 and "0 rows" in str(empty), str(empty)
+        dropped = await check("25.narrowed", {"status": ["OPEN"]}, **context)
+        assert not dropped.ok and "keep Ben's wish" in str(dropped), str(dropped)
 
 
 def test_26a_attempt_times_measure_the_wait_from_each_failure_to_the_next_start():
