@@ -31,7 +31,7 @@ import pandas as pd
 from devkit import i18n
 from devkit.i18n import say
 from labs import tables
-from labs.exercises import Verdict, exercise, failed, not_attempted, passed
+from labs.exercises import Exercise, Verdict, failed, not_attempted, passed
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -63,13 +63,17 @@ class CaseSpec:
             raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
         if "choices" in self.zh and set(self.zh["choices"]) != set(self.choices):
             raise ValueError(f"case {self.name}: the 中文 choices need the same keys")
-        # A case is an exercise like any other: `await check("case.<name>", (cause, rule),
-        # case=case)`, its cells tagged `case.<name>`.
+
+    def exercise(self) -> Exercise:
+        """The case as an exercise like any other: `await check("case.<name>", (cause,
+        rule), case=case)`, its cells tagged `case.<name>`, two plausible wrong answers
+        (another cause; the cause with a rule that does not explain it). Registered with
+        the scene module that declares the case (`labs.exercises.load_all`)."""
         other = next(key for key in self.choices if key != self.cause)
         wrong = {"another cause": (other, min(self.rules)),
                  "the cause with a rule that does not explain it": (self.cause, "P99")}
-        exercise(f"case.{self.name}", answer=self.answer, solution=self.solution, wrong=wrong,
-                 stage=functools.partial(_staged, self.name))(_judge_case)
+        return Exercise(f"case.{self.name}", self.answer, self.solution, _judge_case, wrong,
+                        stage=functools.partial(_staged, self.name))
 
     def word(self, key: str) -> Any:
         """`title`, `why` or `choices` in the edition's language."""

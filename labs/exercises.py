@@ -1,5 +1,6 @@
 """One protocol for every exercise a notebook judges: a registry keyed by the cells' tags,
-one `Verdict`, one bounded run in a fresh world, one answer for "not attempted yet".
+one `Verdict`, one answer for "not attempted yet", and one bounded run in a world of its
+own for a judge that needs one (`labs.lab.fresh_world`, beside the lab it opens).
 
     await check("26b.fence", my_where)            # a check cell: its last line shows the verdict
 
@@ -24,8 +25,6 @@ import pkgutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import psycopg
 
 from devkit.i18n import say
 
@@ -87,24 +86,6 @@ def stopped_note(err: BaseException) -> str:
                f"运行中途停下了：{type(err).__name__}: {first}")
 
 
-@contextlib.asynccontextmanager
-async def fresh_world(name: str, notes: list[str], *, settings: Settings | None = None,
-                      **open_kw: Any) -> AsyncIterator[Lab]:
-    """A lab world of its own for one judged run (`Lab.open(name, settings=..., …)`),
-    closed whatever happened. A bounded wait that ran out, or the database refusing, ends
-    the run with a note in `notes` (`stopped_note`) instead of an error in the learner's
-    cell: the verdict then says what did not happen."""
-    from labs.lab import Lab
-
-    lab = await Lab.open(name, settings=settings, **open_kw)
-    try:
-        yield lab
-    except (AssertionError, TimeoutError, psycopg.Error) as err:
-        notes.append(stopped_note(err))
-    finally:
-        await lab.close(check=False)
-
-
 #: A judge: the learner's answer and what the check cell passes, a `Verdict`.
 Judge = Callable[..., Awaitable[Verdict]]
 #: What a judge needs besides the answer, made outside a notebook (for the suite): given
@@ -161,7 +142,10 @@ def load_all() -> dict[str, Exercise]:
     which the scenes import, imports none of them."""
     scenes = importlib.import_module("labs.scenes")
     for info in pkgutil.iter_modules(scenes.__path__):
-        importlib.import_module(f"{scenes.__name__}.{info.name}")
+        module = importlib.import_module(f"{scenes.__name__}.{info.name}")
+        for case in getattr(module, "CASES", {}).values():  # its diagnosis cases
+            found = case.exercise()  # a name used twice is refused by `labs.cases`
+            REGISTRY.setdefault(found.key, found)
     return REGISTRY
 
 

@@ -58,8 +58,10 @@ import collections
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
+
+import psycopg
 
 from devkit import services
 from devkit.i18n import say
@@ -68,6 +70,7 @@ from labs import cases, counterexamples, leftovers
 from labs import stage as _stage
 from labs.calls import ProductCalls
 from labs.errors import ErrorBook, LabError, LabErrors
+from labs.exercises import stopped_note
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
 from labs.private_redis import PrivateRedis
@@ -531,3 +534,19 @@ class Lab(ProductCalls):
         return await self.recorder.wait_for(
             kind, timeout=timeout,
             where=lambda e: e["t"] >= after and (where is None or where(e)), **match)
+
+
+@contextlib.asynccontextmanager
+async def fresh_world(name: str, notes: list[str], *, settings: Settings | None = None,
+                      **open_kw: Any) -> AsyncIterator[Lab]:
+    """A lab world of its own for one judged run (`Lab.open(name, settings=..., …)`),
+    closed whatever happened. A bounded wait that ran out, or the database refusing, ends
+    the run with a note in `notes` (`stopped_note`) instead of an error in the learner's
+    cell: the verdict then says what did not happen."""
+    lab = await Lab.open(name, settings=settings, **open_kw)
+    try:
+        yield lab
+    except (AssertionError, TimeoutError, psycopg.Error) as err:
+        notes.append(stopped_note(err))
+    finally:
+        await lab.close(check=False)

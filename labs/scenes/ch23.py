@@ -32,8 +32,9 @@ from sqlalchemy import func, select
 from devkit.i18n import say
 from labs import private_redis, statements, tables
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, fresh_world, passed
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
+from labs.lab import fresh_world
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks import dispatcher
@@ -151,7 +152,7 @@ class OrderRuns:
     """What the real runs found out about a learner's step order: with Redis up (`calm`),
     with Redis stopped during the steps (`storm`), and after Redis came back (one real tick
     and a worker). `lost` is the D3 failure: marked dispatched with no job. `stopped` holds
-    the note of a run that ended early (`labs.exercises.fresh_world`)."""
+    the note of a run that ended early (`labs.lab.fresh_world`)."""
 
     calm: list[str] = field(default_factory=list)
     storm: list[str] = field(default_factory=list)

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from devkit.i18n import say
-from labs.exercises import Verdict, exercise, failed, fresh_world, passed
+from labs.exercises import Verdict, exercise, failed, passed
+from labs.lab import fresh_world
 from labs.races import Takeover
 from teamdesk.db.models import Ticket
 from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update

@@ -16,7 +16,9 @@ import psycopg
 
 from devkit.i18n import say
 from labs import tables
-from teamdesk.tasks.lease import Fence, Lease, leased_update
+from labs.exercises import Verdict, exercise, failed, passed
+from labs.lab import fresh_world
+from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import execute
 from teamdesk.tasks.queue import task_job_id
 
@@ -97,8 +99,8 @@ def gate_fence(gate: CommitGate) -> Fence:
 
 
 @dataclass
-class GateVerdict:
-    """What the real runs said about a commit gate (`judge_gate`)."""
+class GateRuns:
+    """What the real runs found out about a commit gate (`judge_gate`)."""
 
     #: alone: an executor with the gate completed its reminder, effects once.
     alone: bool = False
@@ -111,39 +113,38 @@ class GateVerdict:
     single: bool = False
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return (self.alone and self.rolled_back and self.single
-                and self.returned.startswith("lease lost"))
-
-    def __str__(self) -> str:
-        if self.ok:
-            head = say("✓ your gate holds: alone the reminder completes; after the recovery scan "
-                       "G's completion matched 0 rows, LeaseLost rolled all four writes back, and "
-                       "the redelivery gave the only notification, event and version bump (P10, "
-                       "P12)",
-                       "✓ 你的提交门成立：单独运行时提醒正常完成；恢复扫描之后，G 的完成匹配 0 行，"
-                       "LeaseLost 让四项写入全部回滚，重新投递给出了唯一的通知、事件和 version 递增"
-                       "（P10、P12）")
-        elif not self.alone:
-            head = say("✗ your gate stopped the lease holder itself: an executor alone could not "
-                       "complete its reminder",
-                       "✗ 你的提交门挡住了租约持有者本人：单独运行的执行者也完成不了它的提醒")
-        elif not self.rolled_back:
-            head = say("✗ after the recovery scan cleared G's lease, G's effects committed anyway "
-                       "(its completion matched 0 rows): the ledger says WAITING, the ticket says "
-                       "sent",
-                       "✗ 恢复扫描清空 G 的租约之后，G 的效果照样提交了（它的完成匹配 0 行）："
-                       "账本说 WAITING，工单却说已发送")
-        elif not self.returned.startswith("lease lost"):
-            head = say("✗ G's writes rolled back, but not as a lost lease: the processor took it "
-                       f"for a failure of the task ({self.returned!r}); raise LeaseLost (P6)",
-                       "✗ G 的写入回滚了，但不是作为失去租约：处理器把它当成了任务的失败"
-                       f"（{self.returned!r}）；请抛出 LeaseLost（P6）")
-        else:
-            head = say("✗ the redelivery did not end with exactly one of each effect",
-                       "✗ 重新投递结束时，每项效果并不是恰好一份")
-        return "\n".join([head, *(f"  {n}" for n in self.notes)])
+    def verdict(self) -> Verdict:
+        facts = {"alone": self.alone, "returned": self.returned,
+                 "rolled_back": self.rolled_back, "final_status": self.final_status,
+                 "final_effects": self.final_effects, "single": self.single}
+        if not self.alone:
+            return failed(say("your gate stopped the lease holder itself: an executor alone "
+                              "could not complete its reminder",
+                              "你的提交门挡住了租约持有者本人：单独运行的执行者也完成不了它的提醒"),
+                          *self.notes, **facts)
+        if not self.rolled_back:
+            return failed(say("after the recovery scan cleared G's lease, G's effects committed "
+                              "anyway (its completion matched 0 rows): the ledger says WAITING, "
+                              "the ticket says sent",
+                              "恢复扫描清空 G 的租约之后，G 的效果照样提交了（它的完成匹配 0 行）："
+                              "账本说 WAITING，工单却说已发送"), *self.notes, **facts)
+        if not self.returned.startswith("lease lost"):
+            return failed(say("G's writes rolled back, but not as a lost lease: the processor "
+                              f"took it for a failure of the task ({self.returned!r}); raise "
+                              "LeaseLost (P6)",
+                              "G 的写入回滚了，但不是作为失去租约：处理器把它当成了任务的失败"
+                              f"（{self.returned!r}）；请抛出 LeaseLost（P6）"),
+                          *self.notes, **facts)
+        if not self.single:
+            return failed(say("the redelivery did not end with exactly one of each effect",
+                              "重新投递结束时，每项效果并不是恰好一份"), *self.notes, **facts)
+        return passed(say("your gate holds: alone the reminder completes; after the recovery "
+                          "scan G's completion matched 0 rows, LeaseLost rolled all four writes "
+                          "back, and the redelivery gave the only notification, event and "
+                          "version bump (P10, P12)",
+                          "你的提交门成立：单独运行时提醒正常完成；恢复扫描之后，G 的完成匹配 0 "
+                          "行，LeaseLost 让四项写入全部回滚，重新投递给出了唯一的通知、事件和 "
+                          "version 递增（P10、P12）"), *self.notes, **facts)
 
 
 async def _ended(lab: Lab, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def _said(event: dict[str, Any]) -> str:
     return (text.splitlines() or [""])[0]
 
 
-async def _gate_alone(lab: Lab, verdict: GateVerdict) -> None:
+async def _gate_alone(lab: Lab, verdict: GateRuns) -> None:
     ticket, task = await lab.create_ticket("Alone with the gate", due_at=datetime.now(UTC),
                                            assignee_id="cai")
     before = await tables.reminder_effects(lab, ticket.id)
@@ -182,7 +183,7 @@ async def _gate_alone(lab: Lab, verdict: GateVerdict) -> None:
                              f"效果 {before} → {after}"))
 
 
-async def _gate_race(lab: Lab, verdict: GateVerdict) -> None:
+async def _gate_race(lab: Lab, verdict: GateRuns) -> None:
     ticket, task = await lab.create_ticket("Recovery during the gate",
                                            due_at=datetime.now(UTC), assignee_id="cai")
     job_id = task_job_id(task.id, 0)
@@ -215,39 +216,40 @@ async def _gate_race(lab: Lab, verdict: GateVerdict) -> None:
                              f"{verdict.final_status}，效果 {verdict.final_effects}"))
 
 
-async def judge_gate(lab: Lab, gate: Any) -> GateVerdict | str:
-    """Run `gate` as the commit gate of executor G's reminders in `lab` (`gate_fence`,
-    `Lab.use_fence`): (1) alone, G must complete a due reminder with one of each effect;
-    (2) the recovery-scan race of §5: G paused inside its transaction after the three
-    effects, a recovery scan (D6) clears its lease, G comes back — its effects must roll
-    back as a lost lease (P10, P6), and the redelivery (D4) must give exactly one
-    notification, one event and version +1 (P12). The lab's other workers are stopped
-    first (only G may take these reminders) and G at the end; each try is two new
-    tickets. A verdict, or a line saying what to write when `gate` is not a function yet.
-    The lab's retry backoff should be short (`backoff_delay_ms=30`): a gate that lets the
-    effects commit makes the redelivery use up its attempts."""
-    if gate is None:
-        return say("not attempted yet: write your gate into my_gate",
-                   "还没尝试：把你的提交门写进 my_gate")
+def _always_rolls_back(rows_matched: int, lease: Lease) -> None:
+    """A wall, not a gate: it rolls back even the lease holder's own completion."""
+    raise LeaseLost(lease, "reminder completion")
+
+
+def _another_error(rows_matched: int, lease: Lease) -> None:
+    """The right test, the wrong exception: the processor takes it for a failure of the
+    task, not a lost lease (P6)."""
+    if rows_matched != 1:
+        raise RuntimeError("lease lost")
+
+
+@exercise("26c.gate", answer="my_gate", solution="solution_gate",
+          wrong={"a gate that always rolls back": _always_rolls_back,
+                 "another error than LeaseLost": _another_error})
+async def judge_gate(gate: Any, *, settings: Any = None) -> Verdict:
+    """Run `gate` as the commit gate of executor G's reminders (`gate_fence`,
+    `Lab.use_fence`) in a lab world of its own: (1) alone, G must complete a due reminder
+    with one of each effect; (2) the recovery-scan race of §5: G paused inside its
+    transaction after the three effects, a recovery scan (D6) clears its lease, G comes
+    back — its effects must roll back as a lost lease (P10, P6), and the redelivery (D4)
+    must give exactly one notification, one event and version +1 (P12). The world's retry
+    backoff is short (`backoff_delay_ms=30`): a gate that lets the effects commit makes the
+    redelivery use up its attempts."""
     if not callable(gate):
-        return say("✗ my_gate must be a function: def my_gate(rows_matched, lease): …",
-                   "✗ my_gate 必须是一个函数：def my_gate(rows_matched, lease): …")
-    verdict = GateVerdict()
-    for name in list(lab.workers):
-        await lab.stop_worker(name)
-    switch = lab.use_fence(gate_fence(gate), actor="G")
-    try:
+        return failed(say("my_gate must be a function: def my_gate(rows_matched, lease): …",
+                          "my_gate 必须是一个函数：def my_gate(rows_matched, lease): …"))
+    runs = GateRuns()
+    async with fresh_world("26c-gate-judge", runs.notes, settings=settings, tickets=40,
+                           backoff_delay_ms=30) as lab:
+        lab.use_fence(gate_fence(gate), actor="G")
         await lab.start_worker("G")
         with lab.expect_errors(actor="G"):
-            try:
-                await _gate_alone(lab, verdict)
-                if verdict.alone:
-                    await _gate_race(lab, verdict)
-            except (AssertionError, TimeoutError, psycopg.Error) as err:  # a wait ran out
-                first = (str(err).splitlines() or [''])[0]
-                verdict.notes.append(say(f"the run stopped: {type(err).__name__}: {first}",
-                                         f"运行中止了：{type(err).__name__}: {first}"))
-    finally:
-        switch.off()
-        await lab.stop_worker("G")
-    return verdict
+            await _gate_alone(lab, runs)
+            if runs.alone:
+                await _gate_race(lab, runs)
+    return runs.verdict()

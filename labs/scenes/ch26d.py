@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +16,11 @@ from devkit.i18n import say
 from labs import statements
 from labs.cases import CaseSpec
 from labs.counterexample_worker import legacy_failed_listener
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
+from labs.lab import fresh_world
 from labs.names import Names
+from labs.races import Takeover
 from teamdesk.tasks.queue import task_job_id
 from teamdesk.tasks.worker import is_exhausted
 
@@ -264,6 +266,8 @@ async def late_failure(lab: Lab, *, legacy: bool, filters: dict[str, Any]
 # from a quiet world: the lab's running workers are stopped first, so only the case's
 # own executors take its job; it leaves none of them running but the hung one of
 # "running-long" (held at its gate until a later case lets it go, or the lab closes).
+# The notebook names each case's answer by its letter (my_cause_a, solution_rule_c …):
+# `answer` and `solution` tell `check("case.<name>", …)` and the suite those names.
 
 async def idle_s(lab: Lab, task_id: str) -> float:
     """How long the task's `updated_at` has not moved, in seconds — in the database's
@@ -285,31 +289,20 @@ async def _quiet(lab: Lab) -> None:
 
 
 async def _stage_fault_a(lab: Lab) -> str:
-    """故障 A: A (1 s lock, no renewal) freezes after its read; B's stall check takes the
-    job over and claims E2; A comes back, its progress write matches 0 rows (LeaseLost)
-    and it returns quietly, without reporting 100; B completes (P3, P6)."""
-    from labs.lab import STUCK, WATCHFUL
+    """故障 A, the takeover race (`labs.races.Takeover`): A (1 s lock, no renewal) freezes
+    after its read; B's stall check takes the job over and claims E2; A comes back, its
+    progress write matches 0 rows (LeaseLost) and it returns quietly, without reporting
+    100; B completes (P3, P6)."""
+    from labs.lab import STUCK
 
     await _quiet(lab)
     task = await lab.request_export({"status": ["OPEN"], "priority": ["NORMAL"]}, user="ben")
-    job_id = task_job_id(task.id, 0)
-
-    def mine(ctx: dict[str, Any]) -> bool:
-        return ctx["task_id"] == task.id
-
-    gate_a = lab.gate("export.after_read", actor="A", when=mine)
-    gate_b = lab.gate("claim.after", actor="B", when=mine)
-    await lab.start_worker("A", **{**STUCK, "stalled_interval_ms": 3_600_000})
-    await lab.dispatch()
-    await gate_a.reached(T)
-    await lab.start_worker("B", **WATCHFUL)
-    await lab.wait_for("stalled", job_id=job_id, timeout=T)
-    await gate_b.reached(T)
-    with lab.expect_errors(source="worker error", actor="A", job_id=job_id):  # lock mismatch
-        gate_a.release()
-        await lab.wait_for("error", actor="A", job_id=job_id, timeout=T)
-    gate_b.release()
-    await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
+    async with Takeover(lab, task.id, deliver="dispatch", timeout=T,
+                        a_opts={**STUCK, "stalled_interval_ms": 3_600_000}) as race:
+        await race.a_claims_and_freezes()
+        await race.b_takes_over()
+        await race.a_returns_late()
+        await race.b_finishes()
     await _quiet(lab)
     return task.id
 
@@ -356,6 +349,8 @@ async def _stage_running_long(lab: Lab) -> str:
 CASES = {
     "fault-a": CaseSpec(
         name="fault-a",
+        answer=("my_cause_a", "my_rule_a"),
+        solution=("solution_cause_a", "solution_rule_a"),
         title="故障 A: the old executor returned, but never reported 100",
         stage=_stage_fault_a,
         choices={
@@ -386,6 +381,8 @@ CASES = {
             }}),
     "fault-b": CaseSpec(
         name="fault-b",
+        answer=("my_cause_b", "my_rule_b"),
+        solution=("solution_cause_b", "solution_rule_b"),
         title="故障 B: the queue reported an error, yet the page says COMPLETED",
         stage=_stage_fault_b,
         choices={
@@ -416,6 +413,8 @@ CASES = {
             }}),
     "running-long": CaseSpec(
         name="running-long",
+        answer=("my_cause_c", "my_rule_c"),
+        solution=("solution_cause_c", "solution_rule_c"),
         title="A task RUNNING far beyond its lock",
         stage=_stage_running_long,
         choices={
@@ -457,47 +456,38 @@ CALLBACK_SCENES = ("after B's claim", "before any claim")
 CALLBACK_SCENES_ZH = {"after B's claim": "B 认领之后", "before any claim": "任何人认领之前"}
 
 
-@dataclass
-class CallbackVerdict:
-    """What the two real scenes said about a `failed` callback (`judge_callback`)."""
-
-    #: scene → (how the ledger ended, B's result, what the callback raised or None)
-    scenes: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return len(self.scenes) == len(CALLBACK_SCENES) and all(
-            status == "COMPLETED" and raised is None for status, _, raised in self.scenes.values())
-
-    def __str__(self) -> str:
-        if self.ok:
-            head = say("✓ your callback never failed a newer execution: in both scenes B's run "
-                       "completed (W2, W3)",
-                       "✓ 你的回调从没让一个更新的执行失败："
-                       "两个场景里 B 的这一轮都完成了（W2、W3）")
-        elif any(raised for _, _, raised in self.scenes.values()):
-            head = say("✗ your callback raised an error (below): a listener must not crash",
-                       "✗ 你的回调抛出了一个错误（见下）：监听器不能崩溃")
-        else:
-            broken = [name for name, (status, _, _) in self.scenes.items()
-                      if status != "COMPLETED"]
-            head = say(f"✗ your callback failed a newer execution's run: landing "
-                       f"{' and '.join(broken) or 'before the end'}",
-                       f"✗ 你的回调让一个更新的执行的这一轮失败了（回调落地于："
-                       f"{'、'.join(CALLBACK_SCENES_ZH.get(b, b) for b in broken) or '结束之前'}）")
-        lines = [head]
-        for name, (status, result, raised) in self.scenes.items():
-            extra = say(f", your callback raised {raised}", f"，你的回调抛出了 {raised}"
-                        ) if raised else ""
-            lines.append(say(f"  landed {name}: the ledger ends {status}, B said {result!r}{extra}",
-                             f"  {CALLBACK_SCENES_ZH.get(name, name)}落地：账本最后是 {status}，"
-                             f"B 说 {result!r}{extra}"))
-        return "\n".join([*lines, *(f"  {n}" for n in self.notes)])
+def _callback_verdict(scenes: dict[str, tuple[str, str, str | None]], notes: list[str]
+                      ) -> Verdict:
+    """Exercise F's verdict from what the two scenes said: scene → (how the ledger ended,
+    B's result, what the callback raised or None)."""
+    lines = []
+    for name, (status, result, raised) in scenes.items():
+        extra = say(f", your callback raised {raised}", f"，你的回调抛出了 {raised}"
+                    ) if raised else ""
+        lines.append(say(f"landed {name}: the ledger ends {status}, B said {result!r}{extra}",
+                         f"{CALLBACK_SCENES_ZH.get(name, name)}落地：账本最后是 {status}，"
+                         f"B 说 {result!r}{extra}"))
+    lines += notes
+    facts = {"scenes": dict(scenes)}
+    if any(raised for _, _, raised in scenes.values()):
+        return failed(say("your callback raised an error (below): a listener must not crash",
+                          "你的回调抛出了一个错误（见下）：监听器不能崩溃"), *lines, **facts)
+    broken = [name for name, (status, _, _) in scenes.items() if status != "COMPLETED"]
+    if broken or len(scenes) != len(CALLBACK_SCENES):
+        return failed(say(f"your callback failed a newer execution's run: landing "
+                          f"{' and '.join(broken) or 'before the end'}",
+                          "你的回调让一个更新的执行的这一轮失败了（回调落地于："
+                          f"{'、'.join(CALLBACK_SCENES_ZH.get(b, b) for b in broken)}"
+                          f"{'' if broken else '结束之前'}）"),
+                      *lines, **facts)
+    return passed(say("your callback never failed a newer execution: in both scenes B's run "
+                      "completed (W2, W3)",
+                      "你的回调从没让一个更新的执行失败：两个场景里 B 的这一轮都完成了（W2、W3）"),
+                  *lines, **facts)
 
 
-async def _callback_scene(lab: Lab, body: Callback, scene: str, verdict: CallbackVerdict
-                          ) -> None:
+async def _callback_scene(lab: Lab, body: Callback, scene: str,
+                          scenes: dict[str, tuple[str, str, str | None]]) -> None:
     task_id, late = await _a_fails(lab, {"priority": ["HIGH"]}, legacy=False, body=body)
     assert late is not None
     job_id = task_job_id(task_id, 0)
@@ -514,34 +504,28 @@ async def _callback_scene(lab: Lab, body: Callback, scene: str, verdict: Callbac
         await lab.start_worker("B")
     done = await lab.wait_for("completed", actor="B", job_id=job_id, timeout=T)
     status = (await lab.task(task_id)).status.value
-    verdict.scenes[scene] = (status, str(done["result"]), landed["error"])
+    scenes[scene] = (status, str(done["result"]), landed["error"])
 
 
-async def judge_callback(lab: Lab, body: Any) -> CallbackVerdict | str:
-    """Exercise F: run `body` as A's `failed` callback in `lab`, in the book's §7 test 2
-    (A fails, the record is lost, two scans re-add run 0; `_a_fails`), landing late
-    twice: after B has claimed E2, and after the re-add but before any claim. A callback
-    that never fails a newer execution lets B complete both (W2, W3). Each try is two new
-    exports; the lab's workers A and B are replaced, and stopped at the end."""
+# The plausible wrong callbacks (a look-up of the current execution_id, the dispatcher's
+# own condition) are SQL, which lives outside the harness's Python: tests/labs keeps them.
+@exercise("26d.callback", answer="my_on_failed", solution="solution_on_failed")
+async def judge_callback(body: Any, *, settings: Any = None) -> Verdict:
+    """Exercise F: run `body` as A's `failed` callback in a lab world of its own, in the
+    book's §7 test 2 (A fails, the record is lost, two scans re-add run 0; `_a_fails`),
+    landing late twice: after B has claimed E2, and after the re-add but before any claim.
+    A callback that never fails a newer execution lets B complete both (W2, W3)."""
     import inspect
 
-    if body is None:
-        return say("not attempted yet: write your callback into my_on_failed",
-                   "还没尝试：把你的回调写进 my_on_failed")
     if not inspect.iscoroutinefunction(body):
-        return say("✗ my_on_failed must be an async function: "
-                   "async def my_on_failed(conn, event): …",
-                   "✗ my_on_failed 必须是一个异步函数：async def my_on_failed(conn, event): …")
-    verdict = CallbackVerdict()
-    with lab.expect_errors(source="worker failed"):  # A's job fails on purpose, each scene
-        try:
+        return failed(say("my_on_failed must be an async function: "
+                          "async def my_on_failed(conn, event): …",
+                          "my_on_failed 必须是一个异步函数："
+                          "async def my_on_failed(conn, event): …"))
+    scenes: dict[str, tuple[str, str, str | None]] = {}
+    notes: list[str] = []
+    async with fresh_world("26d-callback-judge", notes, settings=settings) as lab:
+        with lab.expect_errors(source="worker failed"):  # A's job fails on purpose, each scene
             for scene in CALLBACK_SCENES:
-                await _callback_scene(lab, body, scene, verdict)
-        except (AssertionError, TimeoutError) as err:  # a wait ran out
-            verdict.notes.append(say("the run stopped: ", "运行中止：")
-                                 + f"{type(err).__name__}: "
-                                 f"{(str(err).splitlines() or [''])[0]}")
-        finally:
-            await lab.stop_worker("A")
-            await lab.stop_worker("B")
-    return verdict
+                await _callback_scene(lab, body, scene, scenes)
+    return _callback_verdict(scenes, notes)

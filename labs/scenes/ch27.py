@@ -13,10 +13,12 @@ subprocess plumbing nor the judges are what the chapter is about, so they live h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from devkit.i18n import say
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.statements import LAB_QUERIES
 
 if TYPE_CHECKING:
@@ -142,27 +145,15 @@ class FailedOnPurpose(AssertionError):
     """What the judge's test C raises after it has written: a test that fails."""
 
 
-@dataclass
-class IsolationVerdict:
-    """What three tests run side by side with a learner's fixture saw and left behind."""
-
-    #: test name → (tasks in its ledger, waiting jobs in its queue), as it counted them.
-    seen: dict[str, tuple[int, int]]
-    #: Each leak found, one line each (empty: the fixture isolates and cleans up).
-    leaks: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not self.leaks
-
-    def __str__(self) -> str:
-        if self.ok:
-            return say("✓ your fixture isolates: each test saw only its own rows and jobs, and "
-                       "nothing was left behind — not even by the test that failed",
-                       "✓ 你的夹具做到了隔离：每个测试只看到自己的行和 job，"
-                       "什么也没留下——连失败的那个测试也没有")
-        return "\n".join([say("✗ your fixture leaks:", "✗ 你的夹具有泄漏："),
-                          *(f"  - {line}" for line in self.leaks)])
+def _isolation_verdict(seen: dict[str, tuple[int, int]], leaks: list[str]) -> Verdict:
+    """What three tests run side by side with a learner's fixture saw (test name → tasks
+    in its ledger, waiting jobs in its queue) and each leak found, one line each."""
+    if not leaks:
+        return passed(say("your fixture isolates: each test saw only its own rows and jobs, "
+                          "and nothing was left behind — not even by the test that failed",
+                          "你的夹具做到了隔离：每个测试只看到自己的行和 job，"
+                          "什么也没留下——连失败的那个测试也没有"), seen=seen, leaks=leaks)
+    return failed(say("your fixture leaks:", "你的夹具有泄漏："), *leaks, seen=seen, leaks=leaks)
 
 
 def _db_name(url: str) -> str:
@@ -256,8 +247,50 @@ def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> li
     return leaks
 
 
-async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
-        IsolationVerdict | str):
+@contextlib.asynccontextmanager
+async def _shared_database(base: Any) -> AsyncIterator[Any]:
+    """A wrong fixture: a prefix of its own, removed in `finally`, but `base`'s database —
+    every test counts the others' rows, and its dispatcher enqueues them too."""
+    from teamdesk.tasks.queue import delete_prefix, redis_client
+
+    settings = base.replace(queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
+    try:
+        yield settings
+    finally:
+        client = redis_client(settings)
+        try:
+            await delete_prefix(client, settings.queue_prefix)
+        finally:
+            await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _cleanup_not_in_finally(base: Any) -> AsyncIterator[Any]:
+    """A wrong fixture: a clone and a prefix of its own, removed after `yield` but not in
+    `finally` — the test that fails skips its clean-up."""
+    from teamdesk.db.templates import clone_database, drop_database
+    from teamdesk.tasks.queue import delete_prefix, redis_client
+
+    url = clone_database(base.database_url, prefix="teamdesk_ex27")
+    settings = base.replace(database_url=url, queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
+    yield settings
+    client = redis_client(settings)
+    await delete_prefix(client, settings.queue_prefix)
+    await client.aclose()
+    drop_database(url)
+
+
+async def _lab_settings(lab: Lab) -> dict[str, Any]:
+    """What the check cell passes, outside a notebook: the settings of a lab the caller
+    opened as `base` (the judge never touches base's own database or prefix)."""
+    return {"base": lab.settings}
+
+
+@exercise("27.isolation", answer="my_isolation", solution="solution_isolation",
+          wrong={"a shared database": _shared_database,
+                 "a clean-up outside finally": _cleanup_not_in_finally},
+          stage=_lab_settings)
+async def judge_isolation(fixture: Any, *, base: Any, timeout: float = 60) -> Verdict:
     """Run the three tests of `ISOLATION_TESTS` side by side, each inside
     `fixture(base)` (an async context manager yielding the test's `Settings`), then count
     for real what they saw and what is left: each yielded database still in `pg_database`,
@@ -272,9 +305,6 @@ async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
     from teamdesk.db.templates import drop_database
     from teamdesk.tasks.queue import delete_prefix
 
-    if fixture is None:
-        return say("not attempted yet: write your fixture into my_isolation",
-                   "还没尝试：把你的夹具写进 my_isolation")
     barrier = asyncio.Barrier(len(ISOLATION_TESTS))
     yielded: dict[str, Any] = {}
     async with asyncio.timeout(timeout):
@@ -315,7 +345,7 @@ async def judge_isolation(fixture: Any, base: Any, *, timeout: float = 60) -> (
                 await delete_prefix(client, prefix)
     finally:
         await client.aclose()
-    return IsolationVerdict(seen, list(dict.fromkeys(leaks)))
+    return _isolation_verdict(seen, list(dict.fromkeys(leaks)))
 
 
 # ------------------------------------------------------------------ the book's tests and ours

@@ -31,12 +31,13 @@ import shutil
 import signal
 import tempfile
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import say
 from labs import statements
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
 from labs.procs import WorkerProc, wait_until
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
@@ -239,28 +240,19 @@ class DrainRun:
     log: str
 
 
-@dataclass
-class DrainVerdict:
-    """The problems found in the two runs (empty: the drain keeps W4)."""
-
-    runs: dict[str, DrainRun]
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        codes = ", ".join(f"{name}: exit {run.code}" for name, run in self.runs.items())
-        if self.ok:
-            return say(f"✓ your drain keeps W4 ({codes}): no new job after SIGTERM, the running "
-                       "export finished and its lease went, and past the deadline the process "
-                       "said so with exit 3",
-                       f"✓ 你的排空遵守了 W4（{codes}）：SIGTERM 之后没有再取新 job，正在运行的"
-                       "导出做完了，它的租约也随之清除；超过时限时，进程以退出码 3 说明了这一点")
-        return "\n".join([say(f"✗ your drain breaks W4 ({codes}):",
-                              f"✗ 你的排空违反了 W4（{codes}）："),
-                          *(f"  - {p}" for p in self.problems)])
+def _drain_verdict(runs: dict[str, DrainRun], problems: list[str]) -> Verdict:
+    """The verdict of the two runs: the problems found (none: the drain keeps W4)."""
+    codes = ", ".join(f"{name}: exit {run.code}" for name, run in runs.items())
+    if not problems:
+        return passed(say(f"your drain keeps W4 ({codes}): no new job after SIGTERM, the "
+                          "running export finished and its lease went, and past the deadline "
+                          "the process said so with exit 3",
+                          f"你的排空遵守了 W4（{codes}）：SIGTERM 之后没有再取新 job，"
+                          "正在运行的导出做完了，它的租约也随之清除；超过时限时，进程以退出码 3 "
+                          "说明了这一点"),
+                      runs=runs, problems=problems)
+    return failed(say(f"your drain breaks W4 ({codes}):", f"你的排空违反了 W4（{codes}）："),
+                  *problems, runs=runs, problems=problems)
 
 
 def _drain_file(drain: Any, folder: Path) -> Path:
@@ -387,14 +379,33 @@ def _problems(name: str, run: DrainRun) -> list[str]:
     return out
 
 
-async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> DrainVerdict | str:
+#: A plausible wrong drain: every step in the right order, and exit 0 whatever happened —
+#: a supervisor never learns that the drain timeout abandoned a running job (W4).
+ALWAYS_0 = """async def my_drain(stopping):
+    await stopping.stop_ticks()
+    await stopping.close_worker(stopping.settings.drain_timeout_s)
+    await stopping.stop_heartbeat()
+    await stopping.close_connections()
+    return 0
+"""
+
+
+async def _class_timings(lab: Lab) -> dict[str, Any]:
+    """What the check cell passes, outside a notebook: the settings of a lab the caller
+    opened as `base` (the judge opens a world of its own per run) and the class timings
+    (`procs.timings` in the notebook)."""
+    from labs.timings import FAST_WORKER
+
+    return {"base": lab.settings, "timings": FAST_WORKER.to_env()}
+
+
+@exercise("30.drain", answer="my_drain", solution="solution_drain",
+          wrong={"the right order, exit 0 always": ALWAYS_0}, stage=_class_timings)
+async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Verdict:
     """Run a learner's drain (a function, or its source text) in the two real processes of
     `DRAIN_RUNS`, side by side, each in a world of its own, and name what broke W4: a
     process that did not exit, a job taken after SIGTERM, the running export not finished
     (left RUNNING under its lease), a wrong exit code, a heartbeat left behind."""
-    if drain is None:
-        return say("not attempted yet: write your drain into my_drain",
-                   "还没尝试：把你的排空写进 my_drain")
     scratch = Path(tempfile.mkdtemp(prefix="nb30-judge-"))
     try:
         path = _drain_file(drain, scratch)
@@ -405,15 +416,14 @@ async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Drai
             _one_drain_run(base, timings, path, folders[name], released, timeout)
             for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
     except SyntaxError as err:
-        return say(f"✗ your drain is not Python yet: {err}",
-                   f"✗ 你的排空还不是合法的 Python：{err}")
+        return failed(say(f"your drain is not Python yet: {err}",
+                          f"你的排空还不是合法的 Python：{err}"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for run in runs:
         if isinstance(run, BaseException):
-            return say(f"✗ the judge could not run your drain: {type(run).__name__}: {run}",
-                       f"✗ 评判程序没能运行你的排空：{type(run).__name__}：{run}")
-    verdict = DrainVerdict(dict(zip(DRAIN_RUNS, runs, strict=True)))  # type: ignore[arg-type]
-    for name, run in verdict.runs.items():
-        verdict.problems += _problems(name, run)
-    return verdict
+            return failed(say(f"the judge could not run your drain: {type(run).__name__}: {run}",
+                              f"评判程序没能运行你的排空：{type(run).__name__}：{run}"))
+    by_name: dict[str, DrainRun] = dict(zip(DRAIN_RUNS, runs, strict=True))  # type: ignore[arg-type]
+    problems = [p for name, run in by_name.items() for p in _problems(name, run)]
+    return _drain_verdict(by_name, problems)

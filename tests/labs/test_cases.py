@@ -25,7 +25,7 @@ CASE = Case(SPEC, "T1", pd.DataFrame(), pd.DataFrame())
     ("late", "P3", True, "the lease refused it")])
 def test_the_judge_needs_both_the_cause_and_a_rule(cause, rule, ok, says):
     verdict = CASE.judge(cause=cause, rule=rule)
-    assert verdict.ok is ok and says in verdict.text, verdict.text
+    assert verdict.ok is ok and says in str(verdict), str(verdict)
 
 
 def test_a_case_needs_its_cause_among_three_choices_and_a_known_name():
@@ -47,9 +47,9 @@ def test_a_case_speaks_the_editions_language(monkeypatch):
     case = Case(spec_zh, "T1", pd.DataFrame(), pd.DataFrame())
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     assert case.choices["late"] == "迟到的写入"
-    assert case.judge(cause="late", rule="P3").text == "✓ 迟到的写入 — 被拒绝了"
+    assert str(case.judge(cause="late", rule="P3")) == "✓ 迟到的写入 — 被拒绝了"
     monkeypatch.setenv("TEAMDESK_LANG", "en")
-    assert case.judge(cause="late", rule="P3").text == "✓ a late write — refused"
+    assert str(case.judge(cause="late", rule="P3")) == "✓ a late write — refused"
     with pytest.raises(ValueError, match="same keys"):
         CaseSpec("x", "x", _never, {"a": "", "b": "", "c": ""}, "a", frozenset({"P1"}), "",
                  zh={"choices": {"a": ""}})

@@ -45,7 +45,9 @@ def _setup_namespace(notebook: Path) -> dict[str, Any]:
     keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.Assign)
             and not any(isinstance(x, ast.Await) for x in ast.walk(n))]
     ns: dict[str, Any] = {}
-    exec(compile(ast.Module(keep, []), notebook.name, "exec"), ns)
+    for node in keep:  # one by one: a line built on an awaited one (the lab) is left out
+        with contextlib.suppress(NameError):
+            exec(compile(ast.Module([node], []), notebook.name, "exec"), ns)
     return ns
 
 
@@ -58,11 +60,16 @@ def bound_in(key: str, role: str, name: str | tuple[str, ...]) -> Any:
 
 def _bound_in(key: str, role: str, name: str) -> Any:
     """The value the cell tagged `key` and `role` binds to `name` (an assignment or a
-    definition), run alone in the notebook's set-up namespace; the cell's top-level
-    `await`s are not run."""
+    definition), run alone in the notebook's set-up namespace with the imports of the
+    exercise's own cells; the cell's top-level `await`s are not run."""
     notebook, cell = _tagged(key, role)
     source = "".join(cell["source"])
     ns = _setup_namespace(notebook)
+    for own in {id(c): c for c in (_tagged(key, "exercise")[1], cell)}.values():
+        # The imports the exercise's own cells make (a solution uses the exercise cell's).
+        imports = [n for n in ast.parse("".join(own["source"])).body
+                   if isinstance(n, ast.Import | ast.ImportFrom)]
+        exec(compile(ast.Module(imports, []), notebook.name, "exec"), ns)
     for node in ast.parse(source).body:
         defines = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
         assigns = (isinstance(node, ast.Assign)

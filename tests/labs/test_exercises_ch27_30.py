@@ -1,7 +1,8 @@
-"""The write-it-yourself exercises of notebooks 27 and 30 are judged by the real system:
-the judge rejects each notebook's own starter and accepts its hidden solution, and one
-more plausible wrong answer. Also: the map of the book's tests (ch. 26 §7–§8) to our
-scenes and pytest tests cites only tests and sections that exist."""
+"""The write-it-yourself exercises of notebooks 27 and 30 are judged by the real system,
+and each judge names why it refuses what it refuses (what the runs found: `verdict.facts`;
+that the starter and each wrong answer are refused and the solution accepted is the
+registry test's, `test_exercise_registry.py`). Also: the map of the book's tests (ch. 26
+§7–§8) to our scenes and pytest tests cites only tests and sections that exist."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import ast
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from labs.exercises import find
 from labs.scenes import ch27
+from tests.labs.test_exercise_registry import bound_in
 from tests.labs.test_exercises import NOTEBOOKS
 
 ROOT = NOTEBOOKS.parent
@@ -30,88 +32,42 @@ def _cell_source(notebook: str, tag: str, name: str) -> str:
     raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
 
 
-def _defined(notebook: str, tag: str, name: str, *, imports_from: str = "exercise") -> Any:
-    """The function `name` a notebook cell defines (a starter or solution), built with the
-    imports of the notebook's exercise cell — the cell's other statements are not run."""
-    cell = ast.parse(_cell_source(notebook, tag, name))
-    exercise = ast.parse(_cell_source(notebook, imports_from, name.replace(
-        "solution_", "my_"))) if tag != imports_from else cell
-    body = [n for n in exercise.body if isinstance(n, ast.Import | ast.ImportFrom)]
-    body += [n for n in cell.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-             and n.name == name]
-    namespace: dict[str, Any] = {}
-    exec(compile(ast.Module(body=body, type_ignores=[]), notebook, "exec"), namespace)
-    return namespace[name]
-
-
 # ------------------------------------------------------------------ 27 练习 A
 
-_NO_FINALLY = '''
-@contextlib.asynccontextmanager
-async def my_isolation(base):
-    url = clone_database(base.database_url, prefix="teamdesk_ex27")
-    settings = base.replace(database_url=url, queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
-    yield settings
-    client = redis_client(settings)
-    await delete_prefix(client, settings.queue_prefix)
-    await client.aclose()
-    drop_database(url)
-'''
-
-
-async def test_27_isolation_judge_rejects_the_starter_and_accepts_the_solution(lab):
+@pytest.mark.parametrize("name", ["the starter", "a shared database",
+                                  "a clean-up outside finally", "the solution"])
+async def test_27_isolation_judge_names_each_leak(lab, name):
     """(ours) a clone and a prefix per test, removed in `finally`: three real tests run
-    side by side with the fixture. The starter (a fixed prefix, no clean-up) lets test B
-    count A's jobs and leaves every clone and key behind; a clean-up outside `finally` is
-    skipped by the failing test; the solution isolates and leaves nothing. The judge
-    removes whatever a wrong fixture left."""
-    source = _cell_source("27-test-isolation.ipynb", "exercise", "my_isolation")
-    assert "finally" not in source and "uuid4" not in source  # no answer in the starter
-    starter = _defined("27-test-isolation.ipynb", "exercise", "my_isolation")
-    solution = _defined("27-test-isolation.ipynb", "solution", "solution_isolation")
-
-    bad = await ch27.judge_isolation(starter, lab.settings)
-    assert not bad.ok, str(bad)
-    assert any("share the queue prefix 'ex27'" in line for line in bad.leaks), str(bad)
-    assert any("database(s) of tests A, B, C" in line for line in bad.leaks), str(bad)
-    assert any("Redis keys of tests A, B, C" in line for line in bad.leaks), str(bad)
-    assert not [k async for k in lab.redis.scan_iter(match="ex27:*")]  # the judge cleaned up
-
-    namespace: dict[str, Any] = {}
-    exec("import contextlib, uuid\n"
-         "from teamdesk.db.templates import clone_database, drop_database\n"
-         "from teamdesk.tasks.queue import delete_prefix, redis_client\n" + _NO_FINALLY,
-         namespace)
-    no_finally = await ch27.judge_isolation(namespace["my_isolation"], lab.settings)
-    assert not no_finally.ok and len(no_finally.leaks) == 2, str(no_finally)
-    assert all("of test C" in line and "`finally`" in line for line in no_finally.leaks)
-
-    good = await ch27.judge_isolation(solution, lab.settings)
-    assert good.ok, str(good)
-    assert good.seen == {"A": (2, 2), "B": (1, 1)}
-
-
-async def test_27_isolation_judge_names_a_shared_database(lab):
-    """A fixture that keeps `base`'s database (no clone): every test counts the others'
-    rows, and its dispatcher enqueues them too."""
-    namespace: dict[str, Any] = {}
-    exec("import contextlib, uuid\n"
-         "from teamdesk.tasks.queue import delete_prefix, redis_client\n"
-         "@contextlib.asynccontextmanager\n"
-         "async def no_clone(base):\n"
-         "    settings = base.replace(queue_prefix=f'ex27{uuid.uuid4().hex[:10]}')\n"
-         "    try:\n"
-         "        yield settings\n"
-         "    finally:\n"
-         "        client = redis_client(settings)\n"
-         "        await delete_prefix(client, settings.queue_prefix)\n"
-         "        await client.aclose()\n", namespace)
-    verdict = await ch27.judge_isolation(namespace["no_clone"], lab.settings)
-    assert not verdict.ok
-    assert any(line.startswith("rows: test B") and "share a database" in line
-               for line in verdict.leaks), str(verdict)
-    assert await ch27.judge_isolation(None, lab.settings) == (
-        "not attempted yet: write your fixture into my_isolation")
+    side by side with the fixture, and the judge names what leaked (its `leaks` fact).
+    The starter (a fixed prefix, no clean-up) lets test B count A's jobs and leaves every
+    clone and key behind; `base`'s database shared: test B counts the others' rows; a
+    clean-up outside `finally` is skipped by the failing test C; the solution isolates
+    and leaves nothing. The judge removes whatever a wrong fixture left. (That each wrong
+    one is refused and the solution accepted is the registry test's.)"""
+    if name == "the starter":
+        source = _cell_source("27-test-isolation.ipynb", "exercise", "my_isolation")
+        assert "finally" not in source and "uuid4" not in source  # no answer in the starter
+        fixture = bound_in("27.isolation", "exercise", "my_isolation")
+    elif name == "the solution":
+        fixture = bound_in("27.isolation", "solution", "solution_isolation")
+    else:
+        fixture = find("27.isolation").wrong[name]
+    verdict = await ch27.judge_isolation(fixture, base=lab.settings)
+    leaks = verdict.facts["leaks"]
+    assert verdict.ok == (name == "the solution"), str(verdict)
+    if name == "the starter":
+        assert any("share the queue prefix 'ex27'" in line for line in leaks), str(verdict)
+        assert any("database(s) of tests A, B, C" in line for line in leaks), str(verdict)
+        assert any("Redis keys of tests A, B, C" in line for line in leaks), str(verdict)
+        assert not [k async for k in lab.redis.scan_iter(match="ex27:*")]  # cleaned up
+    elif name == "a shared database":
+        assert any(line.startswith("rows: test B") and "share a database" in line
+                   for line in leaks), str(verdict)
+    elif name == "a clean-up outside finally":
+        assert len(leaks) == 2, str(verdict)
+        assert all("of test C" in line and "`finally`" in line for line in leaks)
+    else:
+        assert verdict.facts["seen"] == {"A": (2, 2), "B": (1, 1)}, str(verdict)
 
 
 # ------------------------------------------------------------------ the book's tests, ours
@@ -186,16 +142,6 @@ def test_a_row_without_a_test_says_not_covered(row):
 
 # ------------------------------------------------------------------ 30 练习 B
 
-_ALWAYS_0 = '''
-async def my_drain(stopping):
-    await stopping.stop_ticks()
-    await stopping.close_worker(stopping.settings.drain_timeout_s)
-    await stopping.stop_heartbeat()
-    await stopping.close_connections()
-    return 0
-'''
-
-
 def _function_source(notebook: str, tag: str, name: str) -> str:
     """Only the definition of `name` from its cell (a solution cell also runs the judge)."""
     source = _cell_source(notebook, tag, name)
@@ -206,12 +152,15 @@ def _function_source(notebook: str, tag: str, name: str) -> str:
     return segment
 
 
-async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
+async def test_30_drain_judge_names_what_broke_w4(lab):
     """W4, through the worker process's drain seam (`labs.drain_worker` →
     `Seams(drain=...)` → `run_worker_process`): two real processes with the drain get SIGTERM
-    while an export runs. The starter (close the connections, exit 0) leaves the export
-    RUNNING under its lease and says 0 after abandoning a job; the right order with a
-    constant exit 0 hides the abandoned job from the supervisor; the solution keeps W4."""
+    while an export runs, and the judge names each problem (its `problems` fact). The starter
+    (close the connections, exit 0) leaves the export RUNNING under its lease and says 0
+    after abandoning a job; the right order with a constant exit 0 hides only the abandoned
+    job from the supervisor; the solution's runs exit 0 and 3, the held export completed
+    and the waiting one untouched. (That each wrong drain is refused and the solution
+    accepted is the registry test's.)"""
     from labs.scenes import ch30
     from labs.timings import FAST_WORKER
 
@@ -219,26 +168,24 @@ async def test_30_drain_judge_rejects_the_starter_and_accepts_the_solution(lab):
     starter = _function_source("30-worker-process.ipynb", "exercise", "my_drain")
     solution = _function_source("30-worker-process.ipynb", "solution", "solution_drain")
     assert "close_worker" not in starter and "EXIT_DRAIN_TIMEOUT" not in starter
+    bad, always_0, good = [await ch30.judge_drain(drain, base=lab.settings, timings=timings)
+                           for drain in (starter, ch30.ALWAYS_0, solution)]
 
-    bad = await ch30.judge_drain(starter, base=lab.settings, timings=timings)
     assert not bad.ok, str(bad)
+    problems = bad.facts["problems"]
     assert any(p.startswith("released: the running export was left RUNNING under")
-               for p in bad.problems), str(bad)
-    assert any(p.startswith("never released: exit 0 after abandoning") for p in bad.problems)
+               for p in problems), str(bad)
+    assert any(p.startswith("never released: exit 0 after abandoning") for p in problems)
 
-    always_0 = await ch30.judge_drain(_ALWAYS_0, base=lab.settings, timings=timings)
-    assert not always_0.ok, str(always_0)
-    assert always_0.problems == [always_0.problems[0]], str(always_0)  # only the exit code
-    assert always_0.problems[0].startswith("never released: exit 0 after abandoning")
+    assert not always_0.ok and len(always_0.facts["problems"]) == 1, str(always_0)
+    assert always_0.facts["problems"][0].startswith("never released: exit 0 after abandoning")
 
-    good = await ch30.judge_drain(solution, base=lab.settings, timings=timings)
     assert good.ok, str(good)
-    assert {name: run.code for name, run in good.runs.items()} == {
+    runs = good.facts["runs"]
+    assert {name: run.code for name, run in runs.items()} == {
         "released": 0, "never released": 3}
-    assert good.runs["released"].held == ("COMPLETED", None)
-    assert good.runs["released"].waiting == ("WAITING", 0)
-    assert await ch30.judge_drain(None, base=lab.settings, timings=timings) == (
-        "not attempted yet: write your drain into my_drain")
+    assert runs["released"].held == ("COMPLETED", None)
+    assert runs["released"].waiting == ("WAITING", 0)
 
 
 def test_the_drain_seam_is_for_the_worker_command_only(tmp_path, capsys):
