@@ -1,7 +1,8 @@
 """Every registered exercise (`labs.exercises`), judged the same way by the real system:
 the notebook's own starter is refused, its hidden solution accepted, and each named wrong
-answer refused — a judge that cannot tell them apart judges nothing. The starter and the
-solution are read from the cells that carry the exercise's key as a tag, so the test
+answer refused — a judge that cannot tell them apart judges nothing — and, where
+`exercise_reasons.REASONS` says so, for the reason the exercise is about. The starter and
+the solution are read from the cells that carry the exercise's key as a tag, so the test
 follows the notebook."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from labs.exercises import Exercise, check, load_all
 from labs.lab import Lab
+from tests.labs.exercise_reasons import REASONS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 EXERCISES = load_all()
@@ -95,6 +97,10 @@ async def _context(exercise: Exercise, settings: Any) -> AsyncIterator[dict[str,
         yield await exercise.stage(lab)
 
 
+async def _no_more(verdict: Any, context: dict[str, Any]) -> None:
+    """No reason to check beyond refused or accepted."""
+
+
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_solution(
         key, service_settings):
@@ -102,6 +108,7 @@ async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_s
     starter = bound_in(key, "exercise", exercise.answer)
     solution = bound_in(key, "solution", exercise.solution)
     async with _context(exercise, service_settings) as context:
+        reasons = REASONS.get(key, {})
         for name, answer in {"the starter": starter, **exercise.wrong}.items():
             verdict = await check(key, answer, **context)
             assert not verdict.ok, f"{name}: {verdict}"
@@ -109,8 +116,10 @@ async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_s
             # because a run of the judge stopped.
             assert verdict.attempted or name == "the starter", f"{name}: {verdict}"
             assert not any(n.startswith("the run stopped") for n in verdict.notes), verdict
+            await reasons.get(name, _no_more)(verdict, context)
         accepted = await check(key, solution, **context)
         assert accepted.ok, str(accepted)
+        await reasons.get("the solution", _no_more)(accepted, context)
 
 
 def test_every_exercise_cell_is_registered_and_every_registered_one_has_its_cells():

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.exercises import find
 from labs.scenes import ch27
-from tests.labs.test_exercise_registry import bound_in
 from tests.labs.test_exercises import NOTEBOOKS
 
 ROOT = NOTEBOOKS.parent
@@ -34,40 +32,11 @@ def _cell_source(notebook: str, tag: str, name: str) -> str:
 
 # ------------------------------------------------------------------ 27 练习 A
 
-@pytest.mark.parametrize("name", ["the starter", "a shared database",
-                                  "a clean-up outside finally", "the solution"])
-async def test_27_isolation_judge_names_each_leak(lab, name):
-    """(ours) a clone and a prefix per test, removed in `finally`: three real tests run
-    side by side with the fixture, and the judge names what leaked (its `leaks` fact).
-    The starter (a fixed prefix, no clean-up) lets test B count A's jobs and leaves every
-    clone and key behind; `base`'s database shared: test B counts the others' rows; a
-    clean-up outside `finally` is skipped by the failing test C; the solution isolates
-    and leaves nothing. The judge removes whatever a wrong fixture left. (That each wrong
-    one is refused and the solution accepted is the registry test's.)"""
-    if name == "the starter":
-        source = _cell_source("27-test-isolation.ipynb", "exercise", "my_isolation")
-        assert "finally" not in source and "uuid4" not in source  # no answer in the starter
-        fixture = bound_in("27.isolation", "exercise", "my_isolation")
-    elif name == "the solution":
-        fixture = bound_in("27.isolation", "solution", "solution_isolation")
-    else:
-        fixture = find("27.isolation").wrong[name]
-    verdict = await ch27.judge_isolation(fixture, base=lab.settings)
-    leaks = verdict.facts["leaks"]
-    assert verdict.ok == (name == "the solution"), str(verdict)
-    if name == "the starter":
-        assert any("share the queue prefix 'ex27'" in line for line in leaks), str(verdict)
-        assert any("database(s) of tests A, B, C" in line for line in leaks), str(verdict)
-        assert any("Redis keys of tests A, B, C" in line for line in leaks), str(verdict)
-        assert not [k async for k in lab.redis.scan_iter(match="ex27:*")]  # cleaned up
-    elif name == "a shared database":
-        assert any(line.startswith("rows: test B") and "share a database" in line
-                   for line in leaks), str(verdict)
-    elif name == "a clean-up outside finally":
-        assert len(leaks) == 2, str(verdict)
-        assert all("of test C" in line and "`finally`" in line for line in leaks)
-    else:
-        assert verdict.facts["seen"] == {"A": (2, 2), "B": (1, 1)}, str(verdict)
+def test_27_starter_does_not_hold_the_answer():
+    """(ours) the starter has a fixed prefix and no clean-up: no `finally`, no uuid (why
+    each answer is refused or accepted: `exercise_reasons`, on the registry's runs)."""
+    source = _cell_source("27-test-isolation.ipynb", "exercise", "my_isolation")
+    assert "finally" not in source and "uuid4" not in source
 
 
 # ------------------------------------------------------------------ the book's tests, ours
@@ -152,40 +121,11 @@ def _function_source(notebook: str, tag: str, name: str) -> str:
     return segment
 
 
-async def test_30_drain_judge_names_what_broke_w4(lab):
-    """W4, through the worker process's drain seam (`labs.drain_worker` →
-    `Seams(drain=...)` → `run_worker_process`): two real processes with the drain get SIGTERM
-    while an export runs, and the judge names each problem (its `problems` fact). The starter
-    (close the connections, exit 0) leaves the export RUNNING under its lease and says 0
-    after abandoning a job; the right order with a constant exit 0 hides only the abandoned
-    job from the supervisor; the solution's runs exit 0 and 3, the held export completed
-    and the waiting one untouched. (That each wrong drain is refused and the solution
-    accepted is the registry test's.)"""
-    from labs.scenes import ch30
-    from labs.timings import FAST_WORKER
-
-    timings = FAST_WORKER.to_env()
+def test_30_starter_does_not_hold_the_answer():
+    """W4: the starter closes the connections and says 0; the order and the exit code are
+    the learner's to write (why each answer is refused or accepted: `exercise_reasons`)."""
     starter = _function_source("30-worker-process.ipynb", "exercise", "my_drain")
-    solution = _function_source("30-worker-process.ipynb", "solution", "solution_drain")
     assert "close_worker" not in starter and "EXIT_DRAIN_TIMEOUT" not in starter
-    bad, always_0, good = [await ch30.judge_drain(drain, base=lab.settings, timings=timings)
-                           for drain in (starter, ch30.ALWAYS_0, solution)]
-
-    assert not bad.ok, str(bad)
-    problems = bad.facts["problems"]
-    assert any(p.startswith("released: the running export was left RUNNING under")
-               for p in problems), str(bad)
-    assert any(p.startswith("never released: exit 0 after abandoning") for p in problems)
-
-    assert not always_0.ok and len(always_0.facts["problems"]) == 1, str(always_0)
-    assert always_0.facts["problems"][0].startswith("never released: exit 0 after abandoning")
-
-    assert good.ok, str(good)
-    runs = good.facts["runs"]
-    assert {name: run.code for name, run in runs.items()} == {
-        "released": 0, "never released": 3}
-    assert runs["released"].held == ("COMPLETED", None)
-    assert runs["released"].waiting == ("WAITING", 0)
 
 
 def test_the_drain_seam_is_for_the_worker_command_only(tmp_path, capsys):
