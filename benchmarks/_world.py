@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 from sqlalchemy import text
 
-from labs.procs import WorkerProc, World, worker_env
+from labs.procs import WorkerProc, World, wait_heartbeats, worker_env
 from labs.timings import PRODUCTION
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
@@ -57,6 +57,15 @@ async def prepare_world(world: World, n: int) -> None:
     async with world.sessions() as s, s.begin():
         await s.execute(text(SQL["reminder_tickets"]), {"n": _reminders(n)})
         await s.execute(text(SQL["analyze"]))
+
+
+async def prepared_and_beating(world: World, n: int, procs: list[WorkerProc]) -> None:
+    """The world's teams and tickets for `n` tasks (`prepare_world`), then the worker
+    processes started, once each has written its heartbeat (built and ticking)."""
+    await prepare_world(world, n)
+    for w in procs:
+        w.start()
+    await wait_heartbeats(world.settings, procs)
 
 
 async def insert_tasks(world: World, n: int, first: int = 1, kind: str | None = None) -> None:

@@ -27,11 +27,11 @@ from benchmarks._world import (
     all_ready,
     dispatch_faults,
     insert_tasks,
-    prepare_world,
+    prepared_and_beating,
     worker_timings,
 )
 from benchmarks.queue_bound import close_noop_side, queue_drained, start_noop_workers
-from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from labs.procs import WorkerProc, World, stop_all, wait_until
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
 
@@ -70,10 +70,7 @@ async def measure_backlog(base: Settings, n: int, k: int, log_dir: Path,
     procs = [WorkerProc(world.settings, f"b{k}w{i + 1}", log_dir, worker_timings(concurrency))
              for i in range(k)]
     try:
-        await prepare_world(world, n)
-        for w in procs:
-            w.start()
-        await wait_heartbeats(world.settings, procs)
+        await prepared_and_beating(world, n, procs)
         progress = Progress(f"backlog of {n:,}, {k} worker process(es)", n)
         busy = Busy()
         t0 = time.perf_counter()

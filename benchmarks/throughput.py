@@ -28,11 +28,11 @@ from benchmarks._world import (
     expected,
     insert_tasks,
     ledger_counts,
-    prepare_world,
+    prepared_and_beating,
     process_cpu,
     worker_timings,
 )
-from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from labs.procs import WorkerProc, World, stop_all, wait_until
 from labs.timings import PRODUCTION
 from teamdesk.config import Settings
 
@@ -64,10 +64,7 @@ async def measure_pipeline(base: Settings, n: int, k: int, log_dir: Path,
     procs = [WorkerProc(world.settings, f"{tag}{k}w{i + 1}-{kind or 'mixed'}", log_dir,
                         worker_timings(concurrency, timings)) for i in range(k)]
     try:
-        await prepare_world(world, n)
-        for w in procs:
-            w.start()
-        await wait_heartbeats(world.settings, procs)
+        await prepared_and_beating(world, n, procs)
         progress = Progress(f"{label}, {k} worker process(es)", n)
         dbname = world.settings.database_url.rsplit("/", 1)[1]
         ps = [psutil.Process(w.pid) for w in procs]
