@@ -135,7 +135,8 @@ async def _webhook_world(settings: Any) -> AsyncIterator[dict[str, Any]]:
 @exercise("25.narrowed", answer="my_filters", solution="solution_filters", context=_webhook_world,
           wrong={"an invalid status": {"text": "Webhook", "status": ["ARCHIVED"]},
                  "a filter that matches nothing": {"text": "Webhook",
-                                                   "created_to": "2000-01-01"}})
+                                                   "created_to": "2000-01-01"},
+                 "dropping Ben's wish": {"status": ["OPEN"]}})
 async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdict:
     """Request `filters` as a new export (X1: validated and counted first), dispatch it,
     let the lab's worker W run it, download it and read the rows: it holds when it

@@ -1,8 +1,8 @@
 """Why each answer of an exercise was refused (or accepted), checked on the verdicts the
 registry test (`test_exercise_registry.py`) already has: exercise key → answer name ("the
 starter", a registered wrong answer's name, "the solution") → a check of the verdict.
-Judges whose runs are dear (real worker processes, three tests side by side) are checked
-here, on the registry's runs, instead of being run again by a test of their own."""
+Checked here, on the registry's runs, instead of running each judge again in a test of
+its own (a judged run opens worlds of its own: real outages, real worker processes)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,95 @@ async def _isolation_solution(v: Verdict, context: dict[str, Any]) -> None:
 
 
 #: key → answer name → `check(verdict, context)` (context: the judge's keywords).
+def _order_reason(lost: bool, calm_ok: bool) -> Callable[[Verdict, dict[str, Any]],
+                                                         Awaitable[None]]:
+    """D1, D3, D8: under a real Redis outage, marking before the add succeeded loses the row
+    (marked dispatched with no job, skipped by the first tick after recovery); an order
+    that never marks is refused already with Redis up."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        assert (v.facts["lost"], v.facts["calm_ok"]) == (lost, calm_ok), str(v)
+        if not calm_ok:
+            assert any("dispatched_at was not marked" in n for n in v.facts["calm"]), str(v)
+
+    return reason
+
+
+async def _stale_starter(v: Verdict, context: dict[str, Any]) -> None:
+    """M1, O3, P10: closed tickets only — still reminds for a moved and a cleared due date."""
+    assert v.facts["right"] == 2 and "twice for one ticket" in str(v), str(v)
+
+
+async def _stale_never(v: Verdict, context: dict[str, Any]) -> None:
+    """A check that never finds a reminder stale gets only the current one right."""
+    assert v.facts["right"] == 1, str(v)
+
+
+async def _filters_too_many(v: Verdict, context: dict[str, Any]) -> None:
+    """X1: the filters a retry keeps match more than the limit: refused by the count."""
+    assert v.facts["refused"] == "ExportTooLarge", str(v)
+
+
+async def _filters_invalid(v: Verdict, context: dict[str, Any]) -> None:
+    """X1, P8: an unknown status is refused by the request's validation."""
+    assert v.facts["refused"] == "InvalidFilters", str(v)
+
+
+async def _filters_empty(v: Verdict, context: dict[str, Any]) -> None:
+    """R4: a filter that matches nothing runs and saves 0 rows."""
+    assert v.facts["rows"] == 0 and "0 rows" in str(v), str(v)
+
+
+async def _filters_dropped(v: Verdict, context: dict[str, Any]) -> None:
+    """Dropping Ben's wish is refused before anything runs."""
+    assert "keep Ben's wish" in str(v), str(v)
+
+
+_OWNER_GONE = "the export's owner is no longer a member of the team"
+_REDIS_TIMEOUT = "Redis timed out while the progress was reported"
+
+
+async def _kinds_retry_all(v: Verdict, context: dict[str, Any]) -> None:
+    """P7: retrying a lasting problem fails it only after three executions."""
+    assert "only after 3 executions" in str(v), str(v)
+    assert v.facts["outcomes"][_OWNER_GONE] == ("retry", "FAILED", 3), str(v)
+
+
+async def _kinds_reject_all(v: Verdict, context: dict[str, Any]) -> None:
+    """P8: rejecting a passing problem fails a task a retry would have finished."""
+    assert "a retry would have finished" in str(v), str(v)
+    assert v.facts["outcomes"][_REDIS_TIMEOUT] == ("reject", "FAILED", 1), str(v)
+
+
+async def _gate_starter(v: Verdict, context: dict[str, Any]) -> None:
+    """P10, P12: a gate that ignores the row count lets G's effects commit after the
+    recovery scan cleared its lease; the redelivery then fails on them."""
+    facts = v.facts
+    assert facts["alone"] and not facts["rolled_back"], str(v)
+    assert facts["final_status"] == "FAILED" and "UniqueViolation" in str(v), str(v)
+
+
+async def _gate_wall(v: Verdict, context: dict[str, Any]) -> None:
+    """A gate that always rolls back stops an executor alone."""
+    assert not v.facts["alone"], str(v)
+
+
+async def _gate_other_error(v: Verdict, context: dict[str, Any]) -> None:
+    """P6: rolling back with an ordinary error is a failure of the task, not a lost lease."""
+    assert v.facts["rolled_back"] and "raise LeaseLost" in str(v), str(v)
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
+    "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
+                 "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
+                 "add, never mark": _order_reason(lost=False, calm_ok=False)},
+    "24.stale": {"the starter": _stale_starter, "never stale": _stale_never},
+    "25.narrowed": {"the starter": _filters_too_many, "an invalid status": _filters_invalid,
+                    "a filter that matches nothing": _filters_empty,
+                    "dropping Ben's wish": _filters_dropped},
+    "26a.kinds": {"the starter": _kinds_retry_all, "reject everything": _kinds_reject_all},
+    "26c.gate": {"the starter": _gate_starter, "a gate that always rolls back": _gate_wall,
+                 "another error than LeaseLost": _gate_other_error},
     "30.drain": {"the starter": _drain_starter,
                  "the right order, exit 0 always": _drain_always_0,
                  "the solution": _drain_solution},

@@ -42,24 +42,3 @@ def test_every_fenced_statement_has_the_lease_condition_a_learner_rewrites():
 def test_a_condition_that_is_not_one_is_refused_with_a_reason(where, message):
     with pytest.raises(ValueError, match=message):
         ch26b.where_fence(where)
-
-
-async def test_26a_each_wrong_choice_is_refused_for_what_it_cost(lab):
-    """P7, P8: run through the real processor, the notebook's starter (retry everything)
-    fails a lasting problem only after three executions, and the registered wrong answer
-    (reject everything) fails a task a retry would have finished."""
-    from labs.exercises import find
-    from labs.scenes import ch26a
-    from teamdesk.tasks.context import TaskContext
-
-    ctx = TaskContext(settings=lab.settings, actor="A")
-    owner_gone = "the export's owner is no longer a member of the team"
-    redis_timeout = "Redis timed out while the progress was reported"
-    starter = _assigned("26a-identities-and-retries.ipynb", "exercise", "my_kinds")
-    retried = await ch26a.judge_kinds(starter, lab=lab, ctx=ctx)
-    assert not retried.ok and "only after 3 executions" in str(retried), str(retried)
-    assert retried.facts["outcomes"][owner_gone] == ("retry", "FAILED", 3), str(retried)
-    all_reject = find("26a.kinds").wrong["reject everything"]
-    rejected = await ch26a.judge_kinds(all_reject, lab=lab, ctx=ctx)
-    assert not rejected.ok and "a retry would have finished" in str(rejected), str(rejected)
-    assert rejected.facts["outcomes"][redis_timeout] == ("reject", "FAILED", 1), str(rejected)

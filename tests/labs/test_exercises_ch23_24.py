@@ -1,60 +1,19 @@
-"""Chapter 23 and 24's write-it-yourself exercises and diagnosis cases, judged by the real
-system: why each wrong answer is refused (that the starter is refused and the solution
-accepted is `test_exercise_registry.py`'s job), and each case staged for real and judged
-on its cause and rule."""
+"""Chapter 23 and 24's exercises and diagnosis cases beyond what the registry test checks
+(`test_exercise_registry.py`: starters, wrong answers and solutions, and why each is
+refused, `exercise_reasons.py`): the judge's words for a plain function, each case staged
+for real with its evidence, the starters holding no answer, and the seams the exercises
+use."""
 
 from __future__ import annotations
 
-import ast
 import json
-from typing import Any
 
 import pytest
 
-from labs.exercises import check, find
+from labs.exercises import check
 from labs.lab import Lab
 from labs.scenes import ch23
 from tests.labs.test_exercises import NOTEBOOKS, _assigned
-
-
-def _defined(notebook: str, tag: str, name: str) -> Any:
-    """The function the cell tagged `tag` defines as `name` (a starter or solution that is
-    code, not a literal): the cell's definitions alone are run, nothing else of it."""
-    cells = json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
-    for cell in cells:
-        if tag not in cell["metadata"].get("tags", []):
-            continue
-        tree = ast.parse("".join(cell["source"]))
-        defs = [n for n in tree.body if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)]
-        if any(d.name == name for d in defs):
-            namespace: dict[str, Any] = {}
-            exec(compile(ast.Module(body=defs, type_ignores=[]), notebook, "exec"), namespace)
-            return namespace[name]
-    raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
-
-
-def _wrong_order(name: str) -> Any:
-    """The notebook's starter, or one of the wrong orders registered with exercise 23.order."""
-    if name == "the starter":
-        return _defined("23-outbox.ipynb", "exercise", "my_dispatch_one")
-    return find("23.order").wrong[name]
-
-
-@pytest.mark.parametrize(("name", "lost", "calm_ok"), [
-    ("the starter", True, True),  # mark, then add: the add meets the outage after the mark
-    ("add, then mark in finally", True, True),  # catching the failed add is the same loss
-    ("add, never mark", False, False),  # survives the outage, every row stays unmarked
-])
-async def test_23_each_wrong_order_is_refused_for_what_it_did(service_settings, name, lost,
-                                                               calm_ok):
-    """D1, D3, D8: under a real Redis outage, marking before the add succeeded loses the
-    row — marked dispatched with no job, skipped by the first tick after recovery; an
-    order that never marks is refused already with Redis up."""
-    verdict = await ch23.judge_order(_wrong_order(name), settings=service_settings)
-    assert not verdict.ok, str(verdict)
-    assert (verdict.facts["lost"], verdict.facts["calm_ok"]) == (lost, calm_ok), str(verdict)
-    if not calm_ok:
-        assert any("dispatched_at was not marked" in n for n in verdict.facts["calm"])
 
 
 async def test_23_judge_says_what_to_write_for_a_plain_function():
@@ -96,21 +55,6 @@ def test_the_exercise_helpers_read_the_notebooks():
                  "".join(c["source"])]
     assert starter.index("mark_dispatched") < starter.index("add_job")
     assert _assigned("23-outbox.ipynb", "exercise", "my_cause") is None
-
-
-async def test_24_each_wrong_stale_check_is_refused_for_the_reminders_it_got_wrong(lab):
-    """M1, O3, P10: run by the real processor and REMINDER executor with the learner's
-    check (`TaskContext.stale_check`), the starter (closed tickets only) still reminds for
-    a moved and a cleared due date (2 of 4), and a check that never finds a reminder stale
-    (registered with 24.stale) reminds for every one but the current (1 of 4)."""
-    from labs.scenes import ch24
-
-    starter = _defined("24-reminders.ipynb", "exercise", "my_stale_reason")
-    closed_only = await ch24.judge_stale(starter, lab=lab)
-    assert not closed_only.ok and closed_only.facts["right"] == 2, str(closed_only)
-    assert "twice for one ticket" in str(closed_only)
-    never = await ch24.judge_stale(find("24.stale").wrong["never stale"], lab=lab)
-    assert not never.ok and never.facts["right"] == 1, str(never)
 
 
 def test_24_starter_does_not_hold_the_answer():

@@ -105,32 +105,6 @@ async def test_26b_a_test_that_hangs_or_keeps_its_gates_is_rejected(service_sett
     assert "release gates in finally" in str(held)
 
 
-NB_25 = "25-exports.ipynb"
-
-
-async def test_25_each_wrong_filter_is_refused_for_what_the_real_export_did(
-        service_settings):
-    """X1, R4, P8: in notebook 25's world (limit 30, 31 Webhook tickets: the registered
-    context), the starter — the filters a retry keeps — is refused by the request's count;
-    an invalid status by its validation; a filter that matches nothing runs and saves 0
-    rows; dropping Ben's wish is refused before anything runs."""
-    from labs.exercises import check, find
-    from tests.labs.test_exercises import _assigned
-
-    exercise = find("25.narrowed")
-    starter = _assigned(NB_25, "exercise", "my_filters")
-    async with exercise.context(service_settings) as context:
-        too_many = await check("25.narrowed", starter, **context)
-        assert not too_many.ok and too_many.facts["refused"] == "ExportTooLarge", str(too_many)
-        invalid = await check("25.narrowed", exercise.wrong["an invalid status"], **context)
-        assert not invalid.ok and invalid.facts["refused"] == "InvalidFilters", str(invalid)
-        empty = await check("25.narrowed", exercise.wrong["a filter that matches nothing"],
-                            **context)
-        assert not empty.ok and empty.facts["rows"] == 0 and "0 rows" in str(empty), str(empty)
-        dropped = await check("25.narrowed", {"status": ["OPEN"]}, **context)
-        assert not dropped.ok and "keep Ben's wish" in str(dropped), str(dropped)
-
-
 def test_26a_attempt_times_measure_the_wait_from_each_failure_to_the_next_start():
     """Q1: the backoff is the time from a failed attempt to the next one's start, read from
     the worker's own `active` / `failed` events (the timeline 26a §2 plots)."""
