@@ -28,11 +28,12 @@ from pathlib import Path
 import psutil
 from sqlalchemy import text
 
-from labs.procs import WorkerProc, World, wait_heartbeats, worker_env
+from labs.procs import WorkerProc, World, wait_heartbeats
 from labs.timings import PRODUCTION
 from teamdesk.config import Settings
 from teamdesk.seed import seed_demo
 from teamdesk.tasks.ledger import load_queries
+from teamdesk.testing import worker_env
 
 #: The benchmark's own statements (`pipeline.sql`): setup and polling, never the product's.
 SQL = load_queries(Path(__file__).with_name("pipeline.sql"))

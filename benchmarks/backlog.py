@@ -31,9 +31,10 @@ from benchmarks._world import (
     worker_timings,
 )
 from benchmarks.queue_bound import close_noop_side, queue_drained, start_noop_workers
-from labs.procs import WorkerProc, World, stop_all, wait_until
+from labs.procs import WorkerProc, World, stop_all
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import DEFAULT_CONCURRENCY
+from teamdesk.testing import wait_until
 
 
 @dataclass

@@ -21,8 +21,9 @@ import time
 from typing import Any
 
 from benchmarks._world import Progress, all_ready, start_child
-from labs.procs import World, wait_until
+from labs.procs import World
 from teamdesk.config import Settings
+from teamdesk.testing import wait_until
 
 
 async def noop_worker_main() -> int:

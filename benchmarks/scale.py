@@ -37,12 +37,13 @@ from sqlalchemy import text
 from benchmarks._world import Progress, insert_tasks, ledger_counts, prepare_world
 from benchmarks.dispatch import SQL, _explain, _fill, timed_scans
 from devkit import services
-from labs.procs import WorkerProc, World, stop_all, wait_heartbeats, wait_until
+from labs.procs import WorkerProc, World, stop_all, wait_heartbeats
 from labs.timings import TICK_02
 from teamdesk.config import Settings
 from teamdesk.tasks.dispatcher import dispatch_tasks
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue
+from teamdesk.testing import wait_until
 
 
 def _plan_facts(plan: str) -> str:

@@ -32,9 +32,10 @@ from benchmarks._world import (
     process_cpu,
     worker_timings,
 )
-from labs.procs import WorkerProc, World, stop_all, wait_until
+from labs.procs import WorkerProc, World, stop_all
 from labs.timings import PRODUCTION
 from teamdesk.config import Settings
+from teamdesk.testing import wait_until
 
 
 @dataclass

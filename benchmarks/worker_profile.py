@@ -18,9 +18,9 @@ import pstats
 import time
 
 from benchmarks._world import SQL, insert_tasks, ledger_counts, prepare_world
-from labs.procs import World, wait_until
+from labs.procs import World
 from teamdesk.config import Settings
-from teamdesk.testing import FakeJob
+from teamdesk.testing import FakeJob, wait_until
 
 #: Own time goes to the first bucket with a needle in `file:function` (else "other").
 _BUCKETS = (

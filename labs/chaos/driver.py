@@ -25,9 +25,10 @@ from labs.chaos.plan import Spec
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected, create, later_specs
-from labs.procs import WorkerProc, wait_until
+from labs.procs import WorkerProc
 from labs.timings import CHAOS_WORKER
 from teamdesk.config import Settings
+from teamdesk.testing import wait_until
 
 #: How long a Redis fault may hold its executor after Redis is back: until D6 has cleared
 #: the RUNNING row its vanished job left (the stale age, a tick, a margin).

@@ -8,7 +8,7 @@ cannot be paused by an in-process gate, so a hold is the product's *probe hold*
 (`TEAMDESK_PROBE_HOLD=<point>:<folder>`): the process writes `<folder>/reached` at the
 first crossing of `<point>` and waits until `<folder>/release` exists. The processes are
 `labs.procs.WorkerProc`s — started exactly as an operator would (W4) — and every wait is
-bounded (`labs.procs.wait_until`).
+bounded (`teamdesk.testing.wait_until`).
 
 What the notebook sees of each process is also written to `Processes.timeline`, a
 `labs.history.History`: its start, its first heartbeat, the lease it claimed at its hold
@@ -39,8 +39,9 @@ from devkit.i18n import say
 from labs import statements
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
-from labs.procs import WorkerProc, wait_until
+from labs.procs import WorkerProc
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
+from teamdesk.testing import wait_until
 
 if TYPE_CHECKING:
     from labs.lab import Lab

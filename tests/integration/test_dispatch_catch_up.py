@@ -47,6 +47,28 @@ async def _undispatched(sessions) -> int:
             BackgroundTask.dispatched_at.is_(None)))).all())
 
 
+async def _stale_running_row(sessions) -> str:
+    """A RUNNING row last touched 121 s ago: the D6 tail recovers it."""
+    stale = await insert_task(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
+    await age(sessions, stale, 121)
+    return stale
+
+
+async def _loop_until(queue, settings, what: str, done
+                      ) -> tuple[DispatchLoop, LoopEvents, dict[str, Any]]:
+    """Run a dispatch loop (its own tick, as a worker process does) until an event `done`
+    accepts has been seen, then stop it: the loop, every event it reported, and the fields
+    of the one `done` accepted."""
+    events = LoopEvents()
+    loop = DispatchLoop(queue, settings, listener=events)
+    loop.start()
+    try:
+        _, info, _ = await events.until(what, done)
+    finally:
+        await loop.stop()
+    return loop, events, info
+
+
 async def test_loop_tick_drains_a_backlog_round_after_round_until_a_short_scan(
         settings, sessions, demo, queue):
     """D8 (made precise): 35 due rows and a batch of 10 — the first scan comes back full
@@ -56,16 +78,9 @@ async def test_loop_tick_drains_a_backlog_round_after_round_until_a_short_scan(
     ran once after the rounds (the stale RUNNING row is recovered)."""
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10)
     ids = await _insert_many(sessions, 35)
-    stale = await insert_task(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
-    await age(sessions, stale, 121)
-    events = LoopEvents()
-    loop = DispatchLoop(queue, settings, listener=events)
-    loop.start()
-    try:
-        _, info, _ = await events.until("the first tick", lambda e, i: e in (
-            "tick.done", "tick.fault"))
-    finally:
-        await loop.stop()
+    await _stale_running_row(sessions)
+    loop, events, info = await _loop_until(queue, settings, "the first tick",
+                                           lambda e, i: e in ("tick.done", "tick.fault"))
     report = info["report"]
     rounds = [i["report"].scanned for e, i, _ in events.seen if e == "tick.round"]
     assert rounds == [10, 10, 10, 5]
@@ -106,16 +121,10 @@ async def test_loop_budget_ends_the_rounds_and_the_next_tick_follows_at_once(
     settings = settings.replace(dispatch_tick_s=60.0, dispatch_batch_size=10,
                                 dispatch_budget_s=1e-9)
     await _insert_many(sessions, 25)
-    stale = await insert_task(sessions, status=TaskStatus.RUNNING, execution_id="exec-old")
-    await age(sessions, stale, 121)
-    events = LoopEvents()
-    loop = DispatchLoop(queue, settings, listener=events)
-    loop.start()
-    try:
-        await events.until("a tick whose scan came back short", lambda e, i: (
-            e == "tick.fault" or (e == "tick.done" and not i["report"].backlog)))
-    finally:
-        await loop.stop()
+    await _stale_running_row(sessions)
+    loop, events, _ = await _loop_until(queue, settings, "a tick whose scan came back short",
+                                        lambda e, i: e == "tick.fault" or (
+                                            e == "tick.done" and not i["report"].backlog))
     reports = [i["report"] for e, i, _ in events.seen if e == "tick.done"]
     # 25 + the recovered row = 26 rows: 10, 10 (backlog each), then 6 (short).
     assert [(r.rounds, r.scanned, r.backlog) for r in reports] == [

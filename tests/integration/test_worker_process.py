@@ -65,7 +65,7 @@ def procs():
 
 
 async def until(cond, timeout: float, what: str, proc: Proc | None = None):
-    """Poll another process's observable state (`labs.procs.wait_until`); the bound
+    """Poll another process's observable state (`teamdesk.testing.wait_until`); the bound
     only reports that it never came, with the process's log appended."""
     on_timeout = (lambda: f"--- {proc.name} log ---\n{proc.output()}") if proc else None
     return await wait_until(cond, timeout, what, on_timeout=on_timeout)

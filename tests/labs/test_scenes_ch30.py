@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import signal
 
-from labs.procs import wait_until
 from labs.scenes import ch30
 from labs.timings import SCENE_WORKER
+from teamdesk.testing import wait_until
 
 FAST = SCENE_WORKER.to_env()
 
