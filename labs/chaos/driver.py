@@ -148,7 +148,11 @@ class Driver:
             for i in mine:  # the others need not hold any more
                 name = self.procs[i].name
                 if held is None or name != held.worker:
+                    # Released now, not at the end of the strike: a worker that read its
+                    # arm before the disarm still holds once, and with one job slot it
+                    # would take no other job (no E2, no takeover) until this fault ends.
                     self.holds.disarm(name, tokens[name])
+                    self.holds.release(name, tokens[name])
                     self.holding.pop(i, None)
                 else:
                     self.holding[i] = held
@@ -354,6 +358,13 @@ class Driver:
             if held is None or held.borrowed:  # another fault's hold is that fault's to strike
                 self.report.skipped[ev.kind] += 1
                 self.note(f"{ev.kind} skipped: no export held within the bound")
+                return
+            if await self.lease(held.task_id) != ("RUNNING", held.execution_id):
+                # E1 must own the lease for there to be a race: on a starved machine its
+                # lock can lapse while it is held, and another claim has taken it already.
+                self.report.skipped[ev.kind] += 1
+                self.note(f"{ev.kind} skipped: {held.worker}'s execution "
+                          f"{held.execution_id[:8]} no longer owned {held.task_id}")
                 return
             a = next(i for i, w in enumerate(self.procs) if w.name == held.worker)
             async with self.locks[a]:

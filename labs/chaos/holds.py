@@ -23,7 +23,7 @@ the product's `teamdesk worker` starts, through the product's probe API
 
 **Driver side** (`Holds`): `arm(name)` → token, `await reached(name, token, timeout)` →
 the held `Held` or None, `release(name, token)`, `disarm(name, token)` (which also
-releases a hold that came too late to be used).
+releases a hold that came too late to be used, if it has come by then).
 """
 
 from __future__ import annotations
@@ -194,7 +194,9 @@ class Holds:
             _write(path, token)
 
     def disarm(self, name: str, token: int) -> None:
-        """No more holding for `token`; a hold that came anyway is released."""
+        """No more holding for `token`; a hold reached by now is released. A worker that
+        read the arm just before it went may still hold once: `release(name, token)` as
+        well lets that one through, where no earlier hold of `name` must stay."""
         with contextlib.suppress(FileNotFoundError):
             if (_read(self._path(name, "arm")) or {}).get("token") == token:
                 self._path(name, "arm").unlink()

@@ -1,7 +1,8 @@
 """Pure pieces of `labs.chaos` (no services): the opt-in SIGSTOP kind leaves the default
 schedules as they were, every fault kind is declared once and struck by a driver method of
 its name, the invariant table groups typed violations by their invariant, the worker-log
-parse, and the counterexample entry point refuses what it does not know."""
+parse, the counterexample entry point refuses what it does not know, and a hold released
+before it comes passes straight through."""
 
 from __future__ import annotations
 
@@ -184,3 +185,30 @@ def test_dispatch_faults_are_split_into_injected_and_our_own():
         "QueueTimeout", "ConnectionError", "TimeoutError"]
     assert own == ["w1: dispatch.fault error=DeadlockDetected: deadlock detected",
                    "w2: dispatch.fault error=QueueTimeout: not w2's link"]
+
+
+async def test_a_hold_released_before_it_comes_passes_straight_through(tmp_path):
+    """A worker that read its arm just before the driver disarmed it still holds once
+    (`labs.chaos.holds`); releasing that token at the disarm lets such a late hold go on
+    at once. Else a worker of one job slot would stand idle until the strike ended, and
+    no E2 could take the raced task over (P3, P5)."""
+    from labs.chaos.holds import HOLD_POINT, Holds, install
+    from teamdesk import probes
+
+    holds = Holds(tmp_path)
+    ctx = {"task_id": "T1", "run": 1, "execution_id": "e1"}
+    remove = install(tmp_path, "w1")
+    try:
+        token = holds.arm("w1")
+        holds.release("w1", token)  # what the driver does for a worker it did not choose
+        await asyncio.wait_for(probes.announce(HOLD_POINT, **ctx), 2.0)
+        assert holds.held("w1", token) is not None  # it did hold, and went on
+        # Without the release the same hold waits: the next token is held until released.
+        later = holds.arm("w1")
+        waiting = asyncio.ensure_future(probes.announce(HOLD_POINT, **ctx))
+        assert await holds.reached(["w1"], {"w1": later}, 2.0) is not None
+        assert not waiting.done()
+        holds.release("w1", later)
+        await asyncio.wait_for(waiting, 2.0)
+    finally:
+        remove()

@@ -12,17 +12,17 @@ from labs.chaos.schedule import make_schedule
 from labs.scenes import ch90
 from tests.labs.chaos_runs import chaos_run
 
-#: At least twenty races scheduled in one run (for this seed and window), on exports
-#: that arrive in waves; a race that finds no export held within 1.5 s is skipped (the
-#: waves ran dry between two races: 7 to 11 of the 21 were staged in the runs measured),
-#: never half-staged. What must hold is that no race staged misses.
-REPEAT = dataclasses.replace(ch90.CX_CONFIG, tasks=200, duration=26.0, waves=12,
+#: Eight races scheduled in one run (for this seed and window), on exports that arrive in
+#: waves; a race that finds no export held within 1.5 s is skipped (the waves ran dry
+#: between two races: 6 or 7 of the 8 were staged in the runs measured), never
+#: half-staged. What must hold is that no race staged misses.
+REPEAT = dataclasses.replace(ch90.CX_CONFIG, tasks=100, duration=10.0, waves=6,
                              upfront=0.3, hold_wait=1.5)
 
 
 async def test_every_staged_takeover_race_is_a_clobber_the_checker_names(service_settings):
     assert len(make_schedule(REPEAT.seed, REPEAT.workers, REPEAT.duration,
-                             REPEAT.kinds)) >= 20
+                             REPEAT.kinds)) >= 8
     report = await chaos_run(REPEAT, "repeat", service_settings)
     raced = [s for s in report.strikes if s.kind == "takeover"]
     assert len(raced) >= 3, (report.executed, report.skipped)
