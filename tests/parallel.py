@@ -26,6 +26,7 @@ GROUPS: dict[str, str] = {
 #: Modules whose tests stay together (module-scoped fixtures, one lab folder, one port).
 WHOLE_MODULES: frozenset[str] = frozenset({
     "tests/unit/test_rules_zh.py",
+    "tests/unit/test_notebook_passes.py",  # one pytest run of small notebooks for all
     "tests/labs/test_lab_isolation.py",  # starts the lab's own servers (.teamdesk/)
 })
 

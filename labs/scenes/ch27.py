@@ -108,7 +108,8 @@ def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     root = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "--setup-show", "--color=no",
-         "-p", "no:cacheprovider", *[f"tests/integration/{t}" for t in tests.values()]],
+         "-p", "no:cacheprovider", "-p", "no:nbval",  # nbval's import alone takes ~2.5 s
+         *[f"tests/integration/{t}" for t in tests.values()]],
         cwd=root, capture_output=True, text=True, timeout=timeout)
     used = {t: line for t in tests.values() for line in run.stdout.splitlines()
             if f"{t} (fixtures used:" in line}

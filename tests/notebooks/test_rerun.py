@@ -24,10 +24,11 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 async def test_26b_presenter_order_with_a_reset() -> None:
     """A presenter's order in one kernel: set up, step 1 (code cell 4), its check twice,
     step 1 again, on to B's takeover, back to step 1, start the race over (the cell tagged
-    `start-over`), play it through with more re-runs, then Run All."""
+    `start-over`) and play it through with more re-runs. (Run All after cells run out of
+    order is nbval's last pass of every notebook, `notebooks/conftest.py`.)"""
     path = NOTEBOOK_DIR / "26b-takeover-race.ipynb"
     # Code cell 3 lists the steps (`lab.stage.script()`); step 1 is code cell 4.
     order: list[int | str] = [0, 1, 4, 5, 5, 4, 6, 7, 8, 9, 8, 4, "reset", 4, 5, 6, 7, 8, 9,
-                              10, 11, 10, 12, 13, 14, 15, 14, "all"]
+                              10, 11, 10, 12, 13, 14, 15, 14]
     run = await run_notebook(path, order)
     assert run.executed
