@@ -239,10 +239,23 @@ def _innermost(defs: list[_Def], line: int) -> _Def | None:
     return best
 
 
-def _scan_python(path: Path, known: set[str]) -> tuple[ast.Module | None, list[_Def],
-                                                       dict[str | None, set[str]]]:
-    """Ids cited per function/class (None = module level) by docstrings and comments."""
-    source = path.read_text(encoding="utf-8")
+_Scan = tuple[ast.Module | None, list[_Def], dict[str | None, set[str]]]
+#: Scans already made in this process, by file and version: a kernel that explains one
+#: rule after another (notebooks 00 and 23) parses each file once, not at every call.
+_SCANS: dict[tuple[str, int, int, frozenset[str]], _Scan] = {}
+
+
+def _scan_python(path: Path, known: set[str]) -> _Scan:
+    """Ids cited per function/class (None = module level) by docstrings and comments (the
+    result is shared: read it, don't change it)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size, frozenset(known))
+    if key not in _SCANS:
+        _SCANS[key] = _scan_source(path.read_text(encoding="utf-8"), known)
+    return _SCANS[key]
+
+
+def _scan_source(source: str, known: set[str]) -> _Scan:
     try:
         tree = ast.parse(source)
     except SyntaxError:
