@@ -31,7 +31,7 @@ STAMP = VENV / ".tasklab-installed"
 CONSTRAINTS = ROOT / "constraints.txt"
 
 #: Workers of the whole suite's run (see cmd_test).
-WORKERS = 4
+WORKERS = 6
 #: Every run reports its 15 slowest tests.
 REPORT_ARGS = ["--durations=15"]
 #: Notebook runs: cell timeout (nbval's default is 2000 s) and what to sanitize.

@@ -8,9 +8,10 @@ A unit of work goes to one worker, whole and in order:
 - a module with module-scoped fixtures or shared state (`WHOLE_MODULES`);
 - any other test on its own.
 
-Longest first: notebooks and named groups before single tests, so no worker starts a long
-unit when the others are nearly done. (xdist's `loadgroup` reads `xdist_group` marks from
-node ids, which pytest 9 no longer lets a plugin rewrite; hence a scheduler of our own.)
+Longest first: notebooks, the long single tests (`LONG`) and named groups before the other
+tests, so no worker starts a long unit when the others are nearly done. (xdist's
+`loadgroup` reads `xdist_group` marks from node ids, which pytest 9 no longer lets a plugin
+rewrite; hence a scheduler of our own.)
 """
 
 from __future__ import annotations
@@ -43,10 +44,27 @@ def scope_of(nodeid: str) -> str:
     return nodeid
 
 
+#: Single tests and groups measured at 15 s or more (`--durations`): handed out with the
+#: notebooks, so none of them starts last and runs on alone while the others are done.
+LONG: tuple[str, ...] = (
+    "chaos-90",
+    "tests/integration/test_classroom.py::",
+    "tests/integration/test_worker_process.py::test_two_processes_complete_500",
+    "tests/labs/test_chaos.py::test_short_seeded_chaos_run",
+    "tests/labs/test_exercise_registry.py::test_the_judge_refuses_the_starter_and_wrong_"
+    "answers_and_accepts_the_solution[30.drain]",
+    "tests/labs/test_takeover_staging.py::",
+    "tests/labs/test_seams.py::test_labs_switch_counterexamples",
+    "tests/integration/test_devservices.py::test_old_trust_auth_folder",
+    "tests/integration/test_lab_command.py::",
+)
+
+
 def _weight(scope: str, size: int) -> tuple[int, int]:
-    """Sort key, heaviest first: notebooks and the tests that drive notebooks, then groups
-    and whole modules, then integration and lab tests, then the rest."""
-    if scope.endswith(".ipynb"):
+    """Sort key, heaviest first: notebooks, the tests that drive notebooks and the long
+    single tests, then groups and whole modules, then integration and lab tests, then the
+    rest."""
+    if scope.endswith(".ipynb") or scope.startswith(LONG):
         rank = 0
     elif "::" not in scope:
         rank = 1
