@@ -535,6 +535,28 @@ class Lab(ProductCalls):
             kind, timeout=timeout,
             where=lambda e: e["t"] >= after and (where is None or where(e)), **match)
 
+    async def done_with(self, job_id: str, timeout: float = DEFAULT_TIMEOUT_S
+                        ) -> dict[str, Any]:
+        """Wait (bounded) until the queue is done with job `job_id`, whichever way: its
+        `completed` event, or the `failed` event after which no attempt follows
+        (`exhausted`). Returns that event. For a step whose outcome the learner has just
+        predicted, so the cell names no outcome before it runs; the job's errors are
+        expected either way (acknowledged, also those that came before the wait)."""
+        with self.expect_errors(job_id=job_id):
+            waits = [asyncio.ensure_future(self.wait_for("completed", timeout, job_id=job_id)),
+                     asyncio.ensure_future(self.wait_for(
+                         "failed", timeout, where=lambda e: bool(e.get("exhausted")),
+                         job_id=job_id))]
+            try:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+            event = next(iter(done)).result()
+        self.acknowledge(job_id=job_id)
+        return event
+
 
 @contextlib.asynccontextmanager
 async def fresh_world(name: str, notes: list[str], *, settings: Settings | None = None,

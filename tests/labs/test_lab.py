@@ -138,3 +138,22 @@ async def test_async_with_keeps_the_body_error_and_notes_background_errors(servi
             raise ValueError("body")
     assert lab.closed
     assert any("lost in the dark" in note for note in info.value.__notes__)
+
+
+async def test_done_with_waits_for_either_end_and_expects_the_jobs_errors(lab):
+    """A step whose outcome the learner predicts waits with `done_with`: the same call
+    returns a completed job's event and a rejected one's last failure (P8: no attempt
+    follows), and that job's errors are expected: close() stays quiet."""
+    from labs.scenes import ch25
+
+    await lab.start_worker("W")
+    ok = await lab.request_export({"text": "Login"}, user="ben")
+    bad = await ch25.legacy_export(lab, {"status": ["ARCHIVED"]})
+    await lab.dispatch()
+    done = await lab.done_with(task_job_id(ok.id, 0))
+    ended = await lab.done_with(task_job_id(bad.id, 0))
+    assert done["kind"] == "completed"
+    assert ended["kind"] == "failed" and ended["exhausted"]
+    assert (await lab.task(bad.id)).status == TaskStatus.FAILED
+    assert lab.errors_of(job_id=task_job_id(bad.id, 0))
+    assert not lab.book.unacknowledged
