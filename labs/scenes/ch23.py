@@ -10,7 +10,7 @@ need not read to follow the chapter:
   `dispatcher.add_job`, `dispatcher.mark_dispatched`) with Redis up and during a real
   outage of a Redis server of its own (D2, D3, D8);
 - the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
-  D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `without_nulls_first`, D1);
+  D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `ascending_scan`, D1);
 - the diagnosis cases `CASES` (`labs.cases`, exercises `case.<name>`): "waiting-dispatched"
   (练习 C) and "orphan-job" (练习 D), each staged by the real system;
 - `window`: one scene's rows of the lab's history, for its swimlane.
@@ -517,7 +517,7 @@ async def reminders_due_tomorrow(lab: Lab, n: int) -> list[BackgroundTask]:
     return tasks
 
 
-async def without_nulls_first(lab: Lab, names: Names) -> list[str]:
+async def ascending_scan(lab: Lab, names: Names) -> list[str]:
     """Which rows a scan ordered `dispatched_at ASC, run_at ASC` — without `NULLS FIRST` —
     would pick now, by name: the counterfactual of the book's fairness argument (a read,
     nothing enqueued)."""

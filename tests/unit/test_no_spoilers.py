@@ -32,7 +32,8 @@ NOTEBOOKS = ROOT / "notebooks"
 ANSWERS = NOTEBOOKS / "answers.toml"
 #: The notebooks whose predictions are declared and kept free of spoilers. The others
 #: still tell before they ask in places; each joins when its predictions are mended.
-CHECKED = ("24-reminders", "25-exports", "26a-identities-and-retries", "30-worker-process")
+CHECKED = ("23-outbox", "24-reminders", "25-exports", "26a-identities-and-retries",
+           "30-worker-process")
 _GUESS = re.compile(r"^(\w+)\s*=\s*None\b", re.MULTILINE)
 #: The line of a predict cell that lists the choices (the answer is among them).
 _CHOICES = re.compile(r"#\s*(your guess|你的猜测)\s*[:：]")
