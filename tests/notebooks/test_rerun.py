@@ -29,6 +29,6 @@ async def test_26b_presenter_order_with_a_reset() -> None:
     path = NOTEBOOK_DIR / "26b-takeover-race.ipynb"
     # Code cell 3 lists the steps (`lab.stage.script()`); step 1 is code cell 4.
     order: list[int | str] = [0, 1, 4, 5, 5, 4, 6, 7, 8, 9, 8, 4, "reset", 4, 5, 6, 7, 8, 9,
-                              10, 11, 10, 12, 13, 14, 15, 14]
+                              10, 11, 12, 11, 14, 15, 14, 16]
     run = await run_notebook(path, order)
     assert run.executed
