@@ -6,7 +6,9 @@ read by then is the notebook's front matter (every cell before the first `## ` s
 title, "What you will learn"), any glossary section above, and the prediction's own
 section from its heading to the reveal — markdown, headings, step names, comments and
 code alike; only the predict cell's line of choices is left out, since it lists the
-right answer among the wrong ones.
+right answer among the wrong ones, and so is a heading that comes after the predict cell:
+where the book's own heading states the outcome, the prediction goes before it (the
+heading stays verbatim, and the learner has guessed by the time they read it).
 
 Each prediction declares its answer in `notebooks/answers.toml`, keyed by notebook and
 guess variable: `answer`, the value as the reveal prints it in the stored run (so a
@@ -33,7 +35,8 @@ ANSWERS = NOTEBOOKS / "answers.toml"
 #: The notebooks whose predictions are declared and kept free of spoilers. The others
 #: still tell before they ask in places; each joins when its predictions are mended.
 CHECKED = ("23-outbox", "24-reminders", "25-exports", "26a-identities-and-retries",
-           "30-worker-process")
+           "26b-takeover-race", "26c-reminder-commit-gate", "26d-manual-retry-and-recovery",
+           "27-test-isolation", "30-worker-process")
 _GUESS = re.compile(r"^(\w+)\s*=\s*None\b", re.MULTILINE)
 #: The line of a predict cell that lists the choices (the answer is among them).
 _CHOICES = re.compile(r"#\s*(your guess|你的猜测)\s*[:：]")
@@ -57,6 +60,17 @@ def _output(cell: dict) -> str:
         elif "text/plain" in o.get("data", {}):
             out.append(_src({"source": o["data"]["text/plain"]}))
     return "".join(out)
+
+
+def _without_heading(text: str) -> str:
+    """A markdown cell without its heading line and the italic English line under it: a
+    book heading that would give an answer away comes after the prediction, which the
+    learner has answered by then (the heading stays verbatim)."""
+    lines = text.splitlines()
+    while lines and (lines[0].lstrip().startswith("#") or not lines[0].strip()
+                     or (lines[0].startswith("*") and lines[0].rstrip().endswith("*"))):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,8 @@ def predictions(cells: list[dict], notebook: str) -> list[Prediction]:
                 if k == i:
                     text = "\n".join(line for line in text.splitlines()
                                      if not _CHOICES.search(line))
+                elif k > i and _is_heading(cells[k]):
+                    text = _without_heading(text)
                 read.append((k, text))
             found.append(Prediction(notebook, guess, i, reveal, tuple(read)))
     return found
@@ -162,3 +178,18 @@ def test_a_spoiler_is_found_in_a_heading_a_step_name_and_the_learn_list() -> Non
     assert spoiled(p, ["refused"]) == ["cell 3: 'refused'", "cell 5: 'refused'"]
     assert spoiled(p, ["reject"]) == ["cell 0: 'reject'"]  # the learn list, a stem
     assert spoiled(p, ["ok"]) == []  # only in the choices line, and in an earlier section
+
+
+def test_a_book_heading_after_the_prediction_is_read_after_the_guess() -> None:
+    md = lambda s: {"cell_type": "markdown", "source": s, "metadata": {}}  # noqa: E731
+    code = lambda s, *tags: {"cell_type": "code", "source": s,  # noqa: E731
+                             "metadata": {"tags": list(tags)}, "outputs": []}
+    cells = [md("# T"), md("## 1. Setup\nA pauses inside its transaction."),
+             code("guess = None  # your guess: 1 or 2", "predict"),
+             md("## §5 A rolls back\n*A rolls back*\n\nThen A is released; it rolls back."),
+             code("learn.reveal(guess, 1)")]
+    (p,) = predictions(cells, "t")
+    assert spoiled(p, ["rolls back"]) == ["cell 3: 'rolls back'"]  # the body still counts
+    cells[3] = md("## §5 A rolls back\n*A rolls back*\n\nThen A is released.")
+    (p,) = predictions(cells, "t")
+    assert spoiled(p, ["rolls back"]) == []
