@@ -101,13 +101,13 @@ def cmd_rules(args: argparse.Namespace, resolve: product.SettingsResolver) -> in
         print(rules.table_text(rules.table(chosen, lang)))
     missing = rules.untested({r.rule.id: r for r in chosen})
     if missing:
-        print(i18n.say(f"\nno test cites {len(missing)} rule(s): {', '.join(missing)}",
-                       f"\n没有任何测试引用的规则有 {len(missing)} 条：{'、'.join(missing)}",
-                       lang=lang))
+        print("\n" + i18n.say("cli.rules.untested", "no test cites {count} rule(s): {ids}",
+                              count=len(missing), ids=i18n.listing(missing, lang=lang),
+                              lang=lang))
         return 1
     if not args.ids:
-        print(i18n.say(f"\nevery one of the {len(chosen)} rules is cited by at least one test",
-                       f"\n全部 {len(chosen)} 条规则都至少有一个测试引用", lang=lang))
+        print("\n" + i18n.say("cli.rules.all-tested", "every one of the {count} rules is cited "
+                              "by at least one test", count=len(chosen), lang=lang))
     return 0
 
 

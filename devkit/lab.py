@@ -107,7 +107,8 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     token = secrets.token_hex(16)
     mine = copies.learner_dir(root, lang).relative_to(root)
     other = "en" if lang == "zh" else "zh"
-    print(f"lab root {root}: your notebooks ({'中文版' if lang == 'zh' else 'English'}) are "
+    edition = i18n.say("lab.edition", "English", lang=lang)  # the edition in its own words
+    print(f"lab root {root}: your notebooks ({edition}) are "
           f"in {mine}/ (yours to edit); notebooks/ shows a finished run, read-only; "
           f"--lang {other} opens the other edition")
     print(f"open http://127.0.0.1:{port}/lab/tree/{start_notebook(lang)}?token={token}")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devkit import i18n
+from devkit.i18n import listing, say
 
 #: The checkout this module belongs to (it sits at `<root>/devkit/rules.py`), so the
 #: command works from any working directory of the checkout.
@@ -97,24 +98,22 @@ class RuleReport:
     #: The language of the texts and of the report's own words ("en" or "zh").
     lang: str = "en"
 
-    def _say(self, en: str, zh: str) -> str:
-        return i18n.say(en, zh, lang=self.lang)
-
     def _title(self) -> str:
         tags = "".join(f" ({t})" for t in self.rule.tags)
         return f"{self.rule.id} — {self.rule.title}{tags}"
 
     def _kinds(self) -> tuple[tuple[str, list[str]], ...]:
-        return ((self._say("code", "代码"), self.code), (self._say("tests", "测试"), self.tests),
-                (self._say("notebooks", "笔记本单元格"), self.notebooks))
+        return ((say("rules.kind.code", "code", lang=self.lang), self.code),
+                (say("rules.kind.tests", "tests", lang=self.lang), self.tests),
+                (say("rules.kind.notebooks", "notebooks", lang=self.lang), self.notebooks))
 
     def text(self) -> str:
         r = self.rule
         lines = [self._title(), f"  {r.statement}",
-                 f"  {self._say('Why: ', '为什么：')}{r.why}"]
+                 "  " + say("rules.why", "Why: {why}", why=r.why, lang=self.lang)]
         for label, places in self._kinds():
-            lines.append(f"  {label} ({len(places)}):" + ("" if places else
-                                                          self._say(" none", " 无")))
+            lines.append(f"  {label} ({len(places)}):" + (
+                "" if places else " " + say("rules.none", "none", lang=self.lang)))
             lines.extend(f"    {p}" for p in places)
         return "\n".join(lines)
 
@@ -127,10 +126,11 @@ class RuleReport:
     def _repr_markdown_(self) -> str:
         r = self.rule
         out = [f"**{self._title()}**", "", r.statement, "",
-               f"{self._say('*Why:* ', '*为什么：*')}{r.why}", ""]
+               say("rules.why.markdown", "*Why:* {why}", why=r.why, lang=self.lang), ""]
         for label, places in self._kinds():
             out.append(f"- {label} ({len(places)}): " + (
-                ", ".join(f"`{p}`" for p in places) if places else self._say("none", "无")))
+                ", ".join(f"`{p}`" for p in places) if places
+                else say("rules.none", "none", lang=self.lang)))
         return "\n".join(out)
 
 
@@ -387,10 +387,10 @@ def _check_ids(ids: Iterable[str], valid: Iterable[str], lang: str | None = None
     wanted = [i.strip().upper() for i in ids]
     unknown = [i for i in wanted if i not in valid]
     if unknown:
-        raise UnknownRule(i18n.say(f"unknown rule id(s) {', '.join(unknown)}; valid ids: "
-                              f"{' '.join(valid)}",
-                              f"没有这样的规则编号：{'、'.join(unknown)}；有效的编号："
-                              f"{' '.join(valid)}", lang=_lang(lang)))
+        chosen = _lang(lang)
+        raise UnknownRule(say("rules.unknown", "unknown rule id(s) {unknown}; valid ids: "
+                              "{valid}", unknown=listing(unknown, lang=chosen),
+                              valid=" ".join(valid), lang=chosen))
     return wanted
 
 
@@ -415,8 +415,9 @@ def table(reports: Iterable[RuleReport], lang: str | None = None) -> list[dict[s
     names are `lang`'s (default: the edition's)."""
     chosen = _lang(lang)
     rule_id, title, code, tests, notebooks = (
-        ("id", "title", "code", "tests", "notebooks") if chosen == "en" else
-        ("编号", "标题", "代码", "测试", "笔记本单元格"))
+        say("rules.column.id", "id", lang=chosen), say("rules.column.title", "title", lang=chosen),
+        say("rules.kind.code", "code", lang=chosen), say("rules.kind.tests", "tests", lang=chosen),
+        say("rules.kind.notebooks", "notebooks", lang=chosen))
     return [{rule_id: r.rule.id, title: r.rule.title + "".join(f" ({t})" for t in r.rule.tags),
              code: len(r.code), tests: len(r.tests), notebooks: len(r.notebooks)}
             for r in reports]

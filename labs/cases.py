@@ -22,16 +22,18 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from devkit import i18n
-from devkit.i18n import say
+from devkit.i18n import Call, placeholders
 from labs import tables
 from labs.exercises import Exercise, Verdict, failed, not_attempted, passed
+from labs.i18n import say
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -42,9 +44,13 @@ class CaseSpec:
     """One diagnosis case. `stage(lab)` runs the real system into the case's state and
     returns the id of the task to look at. `choices` maps a cause key to the sentence the
     learner reads; `cause` is the right key, `rules` the rule ids that explain it (any one
-    is accepted), `why` what the judge says once both are named. `zh` holds the 中文
-    edition's words (`title`, `why`, and `choices` with the same keys); the edition's
-    language picks them (`devkit.i18n`)."""
+    is accepted), `why` what the judge says once both are named. `book` is the book's own
+    name for the case, if it has one ("Fault A"): both editions quote it in the book's
+    Chinese, and `title` places it with `{book}`.
+
+    The words are English here; the Chinese edition's are the harness catalogue's
+    (`labs/i18n/zh.md`) under keys made from the case's name: `case.<name>.title`,
+    `case.<name>.why`, `case.<name>.choice.<key>` and `case.<name>.book` (`messages()`)."""
 
     name: str
     title: str
@@ -53,7 +59,7 @@ class CaseSpec:
     cause: str
     rules: frozenset[str]
     why: str
-    zh: dict[str, Any] = field(default_factory=dict)
+    book: str = ""
     #: The names the notebook's exercise cell and solution cell bind (cause, rule).
     answer: tuple[str, str] = ("my_cause", "my_rule")
     solution: tuple[str, str] = ("solution_cause", "solution_rule")
@@ -61,8 +67,15 @@ class CaseSpec:
     def __post_init__(self) -> None:
         if self.cause not in self.choices or len(self.choices) < 3:
             raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
-        if "choices" in self.zh and set(self.zh["choices"]) != set(self.choices):
-            raise ValueError(f"case {self.name}: the 中文 choices need the same keys")
+        for key, en in self.messages():
+            if placeholders(en) - ({"book"} if key.endswith(".title") and self.book else set()):
+                raise ValueError(f"case {self.name}: {key} may place only {{book}}")
+
+    def messages(self) -> list[tuple[str, str]]:
+        """The case's words as (catalogue key, English)."""
+        words = [(f"case.{self.name}.title", self.title), (f"case.{self.name}.why", self.why)]
+        words += [(f"case.{self.name}.choice.{key}", en) for key, en in self.choices.items()]
+        return words + ([(f"case.{self.name}.book", self.book)] if self.book else [])
 
     def exercise(self) -> Exercise:
         """The case as an exercise like any other: `await check("case.<name>", (cause,
@@ -75,11 +88,15 @@ class CaseSpec:
         return Exercise(f"case.{self.name}", self.answer, self.solution, _judge_case, wrong,
                         stage=functools.partial(_staged, self.name))
 
+    # The keys are made from the case's name, so these are the harness's only calls of
+    # `say` without a literal key; the catalogue test checks them through `messages()`.
     def word(self, key: str) -> Any:
         """`title`, `why` or `choices` in the edition's language."""
-        if i18n.lang() == "zh" and key in self.zh:
-            return self.zh[key]
-        return getattr(self, key)
+        prefix = f"case.{self.name}"
+        if key == "choices":
+            return {k: say(f"{prefix}.choice.{k}", en) for k, en in self.choices.items()}
+        book = say(f"{prefix}.book", self.book, lang="zh") if self.book else ""
+        return say(f"{prefix}.{key}", getattr(self, key), book=book)
 
 
 @dataclass
@@ -98,14 +115,14 @@ class Case:
 
     def show(self) -> None:
         """Print the evidence (in a notebook, each frame is also displayed as a table)."""
-        _display(say(f"## {self.spec.title} — task {self.task_id}",
-                     f"## {self.spec.word('title')}——任务 {self.task_id}"),
+        _display(say("cases.show.title", "## {title} — task {task_id}",
+                     title=self.spec.word("title"), task_id=self.task_id),
                  self.ledger, self.board)
-        print(say("log lines of this task:", "这个任务的日志行：") if self.log
-              else say("no log line names this task", "没有日志行提到这个任务"))
+        print(say("cases.show.log", "log lines of this task:") if self.log
+              else say("cases.show.no-log", "no log line names this task"))
         for line in self.log:
             print("  " + line)
-        print(say("causes to choose from:", "可选的原因："))
+        print(say("cases.show.causes", "causes to choose from:"))
         for key, text in self.spec.word("choices").items():
             print(f"  {key!r}: {text}")
 
@@ -115,16 +132,15 @@ class Case:
             return not_attempted(" and ".join(self.spec.answer))
         if cause not in self.spec.choices:
             keys = ", ".join(map(repr, self.spec.choices))
-            return failed(say(f"{cause!r} is not one of the choices: {keys}",
-                              f"{cause!r} 不在可选项里：{keys}"))
+            return failed(say("cases.judge.unknown-cause", "{cause!r} is not one of the choices: "
+                              "{keys}", cause=cause, keys=keys))
         if cause != self.spec.cause:
-            return failed(say(f"not {cause!r}: look again at the evidence (which execution "
-                              "wrote last, and what the queue says)",
-                              f"不是 {cause!r}：再看看证据（最后是哪次执行写的，队列又怎么说）"))
+            return failed(say("cases.judge.wrong-cause", "not {cause!r}: look again at the "
+                              "evidence (which execution wrote last, and what the queue says)",
+                              cause=cause))
         if str(rule).strip().upper() not in self.spec.rules:
-            return failed(say(f"the cause is right, but {rule} is not the rule that explains "
-                              "it (see RULES.md)",
-                              f"原因对了，但 {rule} 不是解释它的那条规则（见 RULES.zh-CN.md）"))
+            return failed(say("cases.judge.wrong-rule", "the cause is right, but {rule} is not the "
+                              "rule that explains it (see RULES.md)", rule=rule))
         return passed(f"{self.spec.word('choices')[cause]} — {self.spec.word('why')}")
 
 
@@ -150,6 +166,19 @@ def declared() -> dict[str, CaseSpec]:
             if name in found:
                 raise RuntimeError(f"case {name!r} is declared twice")
             found[name] = case_spec
+    return found
+
+
+def messages() -> list[Call]:
+    """The words of every declared case, as messages of the harness catalogue, each at
+    the line of its case in the scene module that declares it."""
+    found = []
+    for case in declared().values():
+        path = Path(sys.modules[case.stage.__module__].__file__ or "")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        line = next((i for i, text in enumerate(lines, 1) if f'name="{case.name}"' in text), 1)
+        found += [Call(path, line, key, en, frozenset(placeholders(en)))
+                  for key, en in case.messages()]
     return found
 
 

@@ -8,12 +8,14 @@
     teamdesk demo race                  the takeover race, narrated in the terminal (labs)
     teamdesk tasks                      the task ledger as a table
     teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
-    teamdesk editions [--draft NAME]    build the 中文 edition of the notebooks
+    teamdesk editions [--draft NAME]    build the Chinese edition of the notebooks
+    teamdesk messages                   rewrite the lab's message catalogues for a translator
 
 The product's commands are `teamdesk.cli`'s, the dev environment's `devkit.cli`'s (with the
 embedded default for every command); this module adds the lab's own, `demo`, which runs
 the race the notebooks run (`labs.races`). So no lower room has to reach up: the demo is
-no copy of the race with gates of its own.
+no copy of the race with gates of its own. `messages` is here for the same reason: the
+harness's catalogue holds the words of the diagnosis cases (`labs.cases`) too.
 """
 
 from __future__ import annotations
@@ -53,9 +55,36 @@ def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dm.set_defaults(func=cmd_demo, check=_pause_needs_a_terminal)
 
 
-#: Every command, in the order `--help` lists them: the lab's `demo` after `worker`.
+def cmd_messages(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk messages`: rewrite `labs/i18n/zh.md` and `devkit/i18n/zh.md` from the
+    sources (`devkit.i18n.draft`): fresh translations kept, new and changed English marked
+    ` todo` for a translator, unused blocks dropped. Exit 1 while a block is a draft."""
+    from devkit import i18n
+    from devkit.lab import project_dir
+    from labs import cases
+
+    root = project_dir()
+    drafts = 0
+    for package, extra in (("labs", cases.messages()), ("devkit", [])):
+        path = i18n.draft(root / package, extra)
+        todo = [m.key for m in i18n.parse_catalogue(path.read_text(encoding="utf-8")).values()
+                if m.todo]
+        drafts += len(todo)
+        print(f"wrote {path.relative_to(root)}" + (f"  ✗ to translate: {', '.join(todo)}"
+                                                  if todo else ""))
+    return 1 if drafts else 0
+
+
+def add_messages(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser("messages", help="rewrite the lab's message catalogues for a translator")
+    m.set_defaults(func=cmd_messages)
+
+
+#: Every command, in the order `--help` lists them: the lab's `demo` after `worker`, its
+#: `messages` after `editions`.
+_AFTER = {product.add_worker: add_demo, dev.add_editions: add_messages}
 COMMANDS: tuple[product.AddCommand, ...] = tuple(
-    c for add in dev.COMMANDS for c in ((add, add_demo) if add is product.add_worker else (add,)))
+    c for add in dev.COMMANDS for c in ((add, _AFTER[add]) if add in _AFTER else (add,)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,10 +19,10 @@ overwrite a rejection's fixed text (P8), or fail a task that a newer executor no
 
 `lease-less-export` — the export's writes as they were before the lease: progress and
 the final CSV by `task_id + run`, without `execution_id` or `status = 'RUNNING'`, and no
-row count looked at (the book, ch. 26 §4: "最终 CSV 写入也带 lease+RUNNING，旧结果无法
-无条件覆盖新结果" — with the lease, an old result cannot overwrite the new one; without
-it, it can). An old execution E1 that wakes up after E2 took the task over writes its
-CSV over E2's newer lease or result (breaks P3, P5; `task_id + run` is not a lease, W2).
+row count looked at (the book, ch. 26 §4: the final CSV write carries lease + RUNNING
+too, so an old result cannot overwrite a new one unconditionally; without them, it can).
+An old execution E1 that wakes up after E2 took the task over writes its CSV over E2's
+newer lease or result (breaks P3, P5; `task_id + run` is not a lease, W2).
 It goes through the worker's fence seam (`Seams(fence=...)` → `run_worker_process` →
 `create_task_worker`); every other fenced write keeps the product's `leased_update`.
 """

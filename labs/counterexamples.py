@@ -4,16 +4,17 @@
     ...                                                        # watch the bug happen
     bug.off()                                                  # (closing the lab does too)
 
-- `forgot-row-count` — the old reminder code of ch. 26 §5: 旧实现末尾虽然按 E1 条件更新，
-  但没有检查更新行数 (it still updated under E1's condition, but never checked how many
-  rows that changed). The fenced UPDATE keeps its lease condition; a 0-row result is
-  ignored, and the executor carries on as if it had written (breaks P3, P10).
+- `forgot-row-count` — the old reminder code of ch. 26 §5: at its end it still updated
+  under E1's condition, but never checked how many rows that changed. The fenced UPDATE
+  keeps its lease condition; a 0-row result is ignored, and the executor carries on as if
+  it had written (breaks P3, P10).
 - `separate-effects` — the book's whole old reminder (ch. 26 §5): its notification, event
   and version bump are separate writes, the notification's unique constraint only skips a
-  duplicate (`ON CONFLICT DO NOTHING`, our reading of 通知唯一约束挡住重复行), and the
-  completion's row count is ignored as in `forgot-row-count`. A redelivery then adds a
-  second event and a second version bump (工单 version 与系统事件却可能再增加一次; breaks P3,
-  P10, P12).
+  duplicate (`ON CONFLICT DO NOTHING`, our reading of the book's "the notification's unique
+  constraint blocks the duplicate row"), and the completion's row count is ignored as in
+  `forgot-row-count`. A redelivery then adds a
+  second event and a second version bump (the book: the ticket's version and the system
+  event may still be added once more; breaks P3, P10, P12).
 - `status-only-guard` — the guard the lease replaced: `WHERE id AND run AND status =
   'RUNNING'`, without `execution_id`. Any executor of the run passes while *somebody* is
   RUNNING (breaks P3, P5).

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
+from labs.i18n import say
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -72,18 +72,17 @@ def failed(heading: str, *notes: str, **facts: Any) -> Verdict:
 def not_attempted(name: str) -> Verdict:
     """The one answer to an exercise whose answer `name` (or names, "my_cause and
     my_rule") is still None."""
-    return Verdict(False, say(f"not attempted yet: write your answer into {name} above, or "
-                              "open the hidden solution cell below",
-                              f"还没尝试：在上面把你的答案写进 {name}，或者点开下面隐藏的"
-                              "参考答案单元格"), attempted=False)
+    return Verdict(False, say("exercises.not-attempted", "not attempted yet: write your "
+                              "answer into {name} above, or open the hidden solution cell below",
+                              name=name), attempted=False)
 
 
 def stopped_note(err: BaseException) -> str:
     """The note of a judged run that ended early: a bounded wait ran out, or the database
     refused; its first line, not a traceback."""
     first = (str(err).splitlines() or [""])[0]
-    return say(f"the run stopped: {type(err).__name__}: {first}",
-               f"运行中途停下了：{type(err).__name__}: {first}")
+    return say("exercises.run-stopped", "the run stopped: {error_type}: {first}",
+               error_type=type(err).__name__, first=first)
 
 
 #: A judge: the learner's answer and what the check cell passes, a `Verdict`.

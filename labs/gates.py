@@ -11,7 +11,7 @@ Labs use a gate's `observer` to put its pauses into their history.
 
 from __future__ import annotations
 
-from devkit.i18n import say
+from labs.i18n import say
 from teamdesk import testing
 from teamdesk.testing import DEFAULT_TIMEOUT_S, Fault, GateTimeout, Observer
 
@@ -23,7 +23,7 @@ class Gate(testing.Gate):
 
     def _timeout_message(self, event: str, bound: float) -> str:
         if event == "reached":
-            return say(f"{self!r} was never reached within {bound:g} s",
-                       f"{self!r} 在 {bound:g} 秒内一直没有执行者到达")
-        return say(f"{self!r} was not left within {bound:g} s",
-                   f"{self!r} 在 {bound:g} 秒内执行者没有离开")
+            return say("gates.timeout.never-reached", "{gate!r} was never reached within {bound:g} "
+                       "s", gate=self, bound=bound)
+        return say("gates.timeout.never-left", "{gate!r} was not left within {bound:g} s",
+                   gate=self, bound=bound)

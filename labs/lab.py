@@ -64,7 +64,6 @@ from typing import Any
 import psycopg
 
 from devkit import services
-from devkit.i18n import say
 from devkit.world import World
 from labs import cases, counterexamples, leftovers
 from labs import stage as _stage
@@ -73,6 +72,7 @@ from labs.errors import ErrorBook, LabError, LabErrors
 from labs.exercises import stopped_note
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
+from labs.i18n import say
 from labs.private_redis import PrivateRedis
 from labs.recorder import Recorder
 from labs.routing import REGISTRY, Routes
@@ -384,8 +384,7 @@ class Lab(ProductCalls):
         it is being thrown away. The new stage keeps the board function. Before any step
         has run there is nothing to start over: it returns this lab as it is."""
         if not self.stage.steps:
-            print(say("nothing to start over: no step has run yet",
-                      "无需从头再来：还没有运行过任何一步"))
+            print(say("lab.start-over.nothing", "nothing to start over: no step has run yet"))
             return self
         board = self.stage.board
         await self.close(check=False)

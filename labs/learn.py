@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from devkit.i18n import say
 from labs.exercises import Verdict, failed, not_attempted, passed
+from labs.i18n import say
 
 
 def _norm(value: Any) -> Any:
@@ -38,15 +38,15 @@ def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
     """Compare the learner's guess with what happened; True when they match. Strings are
     compared without case and extra spaces, collections without order."""
     if guess is None:
-        print(say(f"No guess written — that's fine. What happened: {actual!r}.",
-                  f"没有写猜测——没关系。实际发生的是：{actual!r}。"))
+        print(say("learn.reveal.no-guess", "No guess written — that's fine. What happened: "
+                  "{actual!r}.", actual=actual))
         matched = False
     elif _norm(guess) == _norm(actual):
-        print(say(f"Right: {actual!r}.", f"猜对了：{actual!r}。"))
+        print(say("learn.reveal.right", "Right: {actual!r}.", actual=actual))
         matched = True
     else:
-        print(say(f"You guessed {guess!r}; what happened: {actual!r}.",
-                  f"你猜的是 {guess!r}；实际发生的是：{actual!r}。"))
+        print(say("learn.reveal.wrong", "You guessed {guess!r}; what happened: {actual!r}.",
+                  guess=guess, actual=actual))
         matched = False
     if why:
         print(why)
@@ -67,7 +67,7 @@ def check(answer: Any, ok: Callable[[Any], bool | str], *, holds: str) -> Verdic
             verdict = passed(holds)
         else:
             reason = result if isinstance(result, str) and result else ""
-            verdict = failed(say(f"Not yet{': ' + reason if reason else '.'}",
-                                 f"还不对{'：' + reason if reason else '。'}"))
+            verdict = failed(say("learn.check.not-yet-why", "Not yet: {reason}", reason=reason)
+                             if reason else say("learn.check.not-yet", "Not yet."))
     print(verdict)
     return verdict

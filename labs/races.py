@@ -12,7 +12,7 @@
 Every pause is a gate at a probe point (`export.after_read` or `export.before_result` for
 A, `claim.after` for B), never a sleep; each wait is bounded only to report a sync point
 that never came. Leaving the `async with` releases both gates whatever happened, as the
-book's test does in `finally`. 26b's scenes and judge, 26d's 故障 A and the terminal demo
+book's test does in `finally`. 26b's scenes and judge, 26d's Fault A and the terminal demo
 (`labs.demo`) all run this one race (P2, P3, P5, P6).
 """
 

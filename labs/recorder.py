@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from devkit.i18n import say
+from labs.i18n import say
 from teamdesk import testing
 
 __all__ = ["Recorder"]
@@ -19,5 +19,5 @@ class Recorder(testing.Recorder):
     def _missing_message(self, kind: str, match: Mapping[str, Any], timeout: float,
                          seen: list[tuple[str, Any]]) -> str:
         match = dict(match)
-        return say(f"no {kind!r} event matching {match} within {timeout:g} s; saw {seen}",
-                   f"{timeout:g} 秒内没有符合 {match} 的 {kind!r} 事件；已看到 {seen}")
+        return say("recorder.timeout", "no {kind!r} event matching {match} within "
+                   "{timeout:g} s; saw {seen}", kind=kind, match=match, timeout=timeout, seen=seen)

@@ -36,8 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
 from labs import rewind
+from labs.i18n import say
 from labs.rewind import MARKER
 
 if TYPE_CHECKING:
@@ -90,10 +90,9 @@ class Stage:
 
     async def replay(self, name: str) -> Any:
         step = self.steps[name]
-        print(say(f"↻ already done: {name} (step {step.number} of this race; nothing was "
-                  "done again). To act again, start the race over.",
-                  f"↻ 已经做过：{name}（本轮竞争的第 {step.number} 步；这次什么也没做）。"
-                  "要再做一次，请把竞争从头再来。"))
+        print(say("stage.already-done-step", "↻ already done: {name} (step {number} of this race; "
+                  "nothing was done again). To act again, start the race over.",
+                  name=name, number=step.number))
         if self.board is None or self.lab.closed:
             return None
         shown = self.board()
@@ -115,11 +114,11 @@ class Stage:
         todo = rewind.before(script, name)  # an unknown name fails here, before anything
         ns = rewind.namespace()
         steps = sum(c.kind == "step" for c in todo)
-        print(say(f"⏮ going to: {name} — starting the race over, then replaying {steps} "
-                  "step(s)", f"⏮ 前往：{name}——先把竞争从头再来，再重放 {steps} 步"))
+        print(say("stage.going-starting-race", "⏮ going to: {name} — starting the race over, then "
+                  "replaying {steps} step(s)", name=name, steps=steps))
         await rewind.run_source(script[0].source, ns)
         await _replay(todo, ns)
-        print(say(f"ready: now run the cell of “{name}”", f"准备好了：现在运行“{name}”那个单元格"))
+        print(say("stage.ready-now-run", "ready: now run the cell of “{name}”", name=name))
 
     def __repr__(self) -> str:
         done = [s.name for s in self.steps.values() if s.done]
@@ -183,8 +182,8 @@ async def _replay(cells: list[Any], ns: dict[str, Any]) -> None:
                                      f"{err}") from err
         if cell.kind == "step":
             stage.finish(True)
-            print(say(f"↪ replayed step {step.number}: {cell.name}",
-                      f"↪ 已重放第 {step.number} 步：{cell.name}"))
+            print(say("stage.replayed-step", "↪ replayed step {number}: {name}",
+                      number=step.number, name=cell.name))
 
 
 async def catch_up(name: str) -> None:
@@ -195,8 +194,8 @@ async def catch_up(name: str) -> None:
         return
     todo = rewind.before(rewind.load_script(stage.lab.name), name)
     missing = [c.name for c in todo if c.kind == "step" and not stage.is_done(c.name)]
-    print(say(f"↪ first the {len(missing)} earlier step(s) of this race: ",
-              f"↪ 先补上本轮竞争之前的 {len(missing)} 步：") + "; ".join(missing))
+    print(say("stage.first-earlier-steps", "↪ first the {count} earlier step(s) of this race: "
+              "{steps}", count=len(missing), steps="; ".join(missing)))
     await _replay(todo, rewind.namespace())
 
 

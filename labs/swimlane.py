@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devkit.i18n import say
 from labs import fonts
+from labs.i18n import say
 
 COLOURS = {"invoke": "#1f77b4", "ok": "#2ca02c", "fail": "#d62728", "info": "#7f7f7f"}
 MARKERS = {"ok": "o", "fail": "X", "info": "D"}
@@ -160,14 +160,14 @@ def _draw_leases(ax: Any, lay: _Layout) -> None:
         if s.ended_by == "commit":
             ax.scatter([x1], [lane], marker="*", s=320, zorder=4, c=GOLD,
                        edgecolors="black", linewidths=0.8)
-            ax.annotate(say(f"winning commit: {s.label} ({s.actor}) → COMPLETED",
-                            f"胜出的提交：{s.label}（{s.actor}）→ COMPLETED"),
+            ax.annotate(say("swimlane.winner", "winning commit: {label} "
+                            "({actor}) → COMPLETED", label=s.label, actor=s.actor),
                         xy=(x1, lane), xytext=(-6, -16), textcoords="offset points",
                         ha="right", va="top", fontsize=8, fontweight="bold",
                         bbox={"boxstyle": "round,pad=0.25", "fc": "#fff4c2", "ec": GOLD},
                         zorder=5, gid="winner")
         elif s.ended_by == "error report":
-            ax.annotate(say("released (error reported)", "已释放（错误已报告）"), xy=(x1, lane),
+            ax.annotate(say("swimlane.released", "released (error reported)"), xy=(x1, lane),
                         xytext=(4, -14),
                         textcoords="offset points", fontsize=7, color="#555555")
         elif s.ended_by == "wiped":
@@ -176,25 +176,22 @@ def _draw_leases(ax: Any, lay: _Layout) -> None:
                         gid="wiped")
 
 
-#: The legend's words, English and 中文 (the edition's are shown: `devkit.i18n`).
-LEGEND = {
-    "invoke": ("invoke: an operation starts", "invoke：一个操作开始"),
-    "ok": ("ok: it took effect", "ok：已生效"),
-    "fail": ("fail: it certainly did not", "fail：确定没有生效"),
-    "info": ("info: happened / outcome unknown", "info：发生了 / 结果未知"),
-    "claim": ("claim: takes the lease, new En (P2)", "认领：取得租约，新的 En（P2）"),
-    "lost": ("lease lost: fenced write refused (P3)", "失去租约：带条件的写入被拒（P3）"),
-    "commit": ("commit: completion written (P5/P10)", "提交：完成结果已写入（P5/P10）"),
-    "band ok": ("invoke … ok", "invoke … ok（生效）"),
-    "band fail": ("invoke … fail", "invoke … fail（未生效）"),
-    "gate": ("gate: an executor held (paused)", "关卡：执行者被暂停"),
-    "lease": ("lease lane: execution_id in the ledger", "租约泳道：账本中的 execution_id"),
-    "title": ("legend", "图例"),
-}
-
-
 def _word(key: str) -> str:
-    return say(*LEGEND[key])
+    """The legend's words, in the edition's language."""
+    return {
+        "invoke": say("swimlane.legend.invoke", "invoke: an operation starts"),
+        "ok": say("swimlane.legend.ok", "ok: it took effect"),
+        "fail": say("swimlane.legend.fail", "fail: it certainly did not"),
+        "info": say("swimlane.legend.info", "info: happened / outcome unknown"),
+        "claim": say("swimlane.legend.claim", "claim: takes the lease, new En (P2)"),
+        "lost": say("swimlane.legend.lost", "lease lost: fenced write refused (P3)"),
+        "commit": say("swimlane.legend.commit", "commit: completion written (P5/P10)"),
+        "band ok": say("swimlane.legend.band-ok", "invoke … ok"),
+        "band fail": say("swimlane.legend.band-fail", "invoke … fail"),
+        "gate": say("swimlane.legend.gate", "gate: an executor held (paused)"),
+        "lease": say("swimlane.legend.lease", "lease lane: execution_id in the ledger"),
+        "title": say("swimlane.legend.title", "legend"),
+    }[key]
 
 
 def _legend(ax: Any, with_leases: bool) -> None:
@@ -234,17 +231,17 @@ def _axes(ax: Any, lay: _Layout, x: str, title: str | None) -> None:
             ax.set_xticks(xs, [f"{r['time']:.2f}" for r in rows], rotation=90, fontsize=7)
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(say("steps in order (tick: seconds since the lab started)",
-                          "按顺序的步骤（刻度：实验开始后的秒数）"))
+        ax.set_xlabel(say("swimlane.xlabel.steps", "steps in order (tick: seconds since the "
+                          "lab started)"))
         ax.set_xlim(-0.7, max(len(rows), 1) + 1.5)
     else:
         end = max(xs or [1.0])
         ax.set_xlim(-0.02 * end, end * 1.08 + 0.05)
-        ax.set_xlabel(say("seconds since the lab started", "实验开始后的秒数"))
+        ax.set_xlabel(say("swimlane.xlabel.seconds", "seconds since the lab started"))
     if lay.spans:  # a thin rule between the actors and the ledger's side
         ax.axhline(max(lay.lease_y.values()) + 0.5, color="#999999", lw=0.8, ls="--")
     ax.grid(axis="x", alpha=0.25)
-    ax.set_title(title or say(f"history: {len(rows)} steps", f"历史：{len(rows)} 步"))
+    ax.set_title(title or say("swimlane.title", "history: {count} steps", count=len(rows)))
 
 
 def plot(history: Any, path: str | Path | None = None, *, title: str | None = None,

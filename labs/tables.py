@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from devkit import i18n
 from labs.history import short
+from labs.i18n import say
 from teamdesk import testing
 from teamdesk.db.models import BackgroundTask, TaskStatus
 from teamdesk.tasks.queue import job_states, task_job_id
@@ -206,38 +207,59 @@ async def ledger_vs_queue(lab: Lab) -> pd.DataFrame:
                   ints=("run", "progress", "attemptsMade", "job_progress"))
 
 
-#: The 中文 edition's column headers and verdicts (display only: the values stay English,
-#: so a check cell is the same code in both editions). Statuses, states and ids are the
-#: product's identifiers and stay as they are.
-ZH_COLUMNS = {
-    "task_id": "任务", "task": "任务", "type": "类型", "run": "轮次", "status": "账本状态",
-    "progress": "进度", "execution": "执行租约", "job_id": "队列记录", "state": "队列状态",
-    "job_progress": "队列进度", "verdict": "判定", "dispatched_at": "投递核对时间",
-    "updated_at": "更新时间", "last_error": "最近错误", "attempts": "尝试次数", "id": "任务",
-}
-ZH_VERDICTS = {IN_STEP: "一致", NO_JOB: "无队列记录（正常）", QUEUE_BEHIND: "队列落后",
-               LEDGER_BEHIND: "账本落后", ORPHAN_JOB: "孤立的队列记录", "set": "已记录"}
+def headers(lang: str | None = None) -> dict[str, str]:
+    """The column headers in the edition's words, or `lang`'s (display only: the values
+    stay English, so a check cell is the same code in both editions). Statuses, states and
+    ids are the product's identifiers and stay as they are."""
+    return {
+        "task_id": say("tables.column.task_id", "task_id", lang=lang),
+        "task": say("tables.column.task", "task", lang=lang),
+        "type": say("tables.column.type", "type", lang=lang),
+        "run": say("tables.column.run", "run", lang=lang),
+        "status": say("tables.column.status", "status", lang=lang),
+        "progress": say("tables.column.progress", "progress", lang=lang),
+        "execution": say("tables.column.execution", "execution", lang=lang),
+        "job_id": say("tables.column.job_id", "job_id", lang=lang),
+        "state": say("tables.column.state", "state", lang=lang),
+        "job_progress": say("tables.column.job_progress", "job_progress", lang=lang),
+        "verdict": say("tables.column.verdict", "verdict", lang=lang),
+        "dispatched_at": say("tables.column.dispatched_at", "dispatched_at", lang=lang),
+        "updated_at": say("tables.column.updated_at", "updated_at", lang=lang),
+        "last_error": say("tables.column.last_error", "last_error", lang=lang),
+        "attempts": say("tables.column.attempts", "attempts", lang=lang),
+        "id": say("tables.column.id", "id", lang=lang),
+    }
+
+
+def verdict_words(lang: str | None = None) -> dict[str, str]:
+    """The verdicts, and `dispatched_at`'s "set", in the edition's words or `lang`'s."""
+    return {IN_STEP: say("tables.verdict.in-step", "in step", lang=lang),
+            NO_JOB: say("tables.verdict.no-job", "no job", lang=lang),
+            QUEUE_BEHIND: say("tables.verdict.queue-behind", "queue behind", lang=lang),
+            LEDGER_BEHIND: say("tables.verdict.ledger-behind", "ledger behind", lang=lang),
+            ORPHAN_JOB: say("tables.verdict.orphan-job", "orphan job", lang=lang),
+            "set": say("tables.verdict.set", "set", lang=lang)}
 
 
 class Shown(pd.DataFrame):
     """A frame for people (`show`): the same data, rendered in the edition's language
-    (`devkit.i18n`): in the 中文 edition the headers and verdicts are Chinese."""
+    (`devkit.i18n`): in the Chinese edition the headers and verdicts are Chinese."""
 
     @property
     def _constructor(self) -> type[Shown]:
         return Shown
 
     def translated(self) -> pd.DataFrame:
-        """A plain frame as the reader sees it."""
+        """A plain frame as the reader sees it (the English edition's: the frame itself)."""
         plain = pd.DataFrame(self)
-        if i18n.lang() != "zh":
+        if i18n.lang() == i18n.SOURCE_LANG:
             return plain
-        out = plain.rename(columns=ZH_COLUMNS)
-        for column in ("判定", "投递核对时间"):
+        out, words = plain.copy(), verdict_words()
+        for column in ("verdict", "dispatched_at"):
             if column in out.columns and out[column].ndim == 1:
-                out[column] = [ZH_VERDICTS.get(v, v) if isinstance(v, str) else v
+                out[column] = [words.get(v, v) if isinstance(v, str) else v
                                for v in out[column]]
-        return out
+        return out.rename(columns=headers())
 
     def _repr_html_(self) -> str | None:
         return self.translated()._repr_html_()

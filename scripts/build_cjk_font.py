@@ -6,10 +6,11 @@ Noto Sans SC (SIL Open Font License 1.1; Google Fonts' `ofl/notosanssc/NotoSansS
 Why a subset of our own: matplotlib's default fonts have no CJK glyphs, and a whole CJK
 font is 17 MB or more. The figures of the 中文 edition draw our own words, so the font
 holds the 3,755 most common hanzi (GB 2312 level 1), CJK punctuation, ASCII, and every
-CJK character written anywhere in `labs/`, `notebooks/`, `docs/` and `RULES*.md` today;
-`tests/labs/test_cjk_font.py` fails when a figure text needs a glyph it lacks. It is
-instanced at weight 400 and renamed (a modified version keeps no reserved font name;
-Noto's is "Source", ours is "TeamDesk Lab Sans SC"). Re-run after adding Chinese text.
+CJK character written anywhere in `labs/` (its catalogue `labs/i18n/zh.md`), `notebooks/`,
+`docs/` and `RULES*.md` today; `tests/labs/test_cjk_font.py` fails when a figure text needs
+a glyph it lacks. It is instanced at weight 400 and renamed (a modified version keeps no
+reserved font name; Noto's is "Source", ours is "TeamDesk Lab Sans SC"). Re-run after adding
+Chinese text.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def gb2312_level1() -> set[str]:
 
 def repo_chars() -> set[str]:
     found: set[str] = set()
-    for pattern in ("labs/**/*.py", "notebooks/*.ipynb", "docs/**/*.md", "RULES*.md", "*.md"):
+    for pattern in ("labs/**/*.py", "labs/**/*.md", "notebooks/*.ipynb", "docs/**/*.md",
+                    "RULES*.md", "*.md"):
         for path in ROOT.glob(pattern):
             found |= set(CJK.findall(path.read_text(encoding="utf-8")))
     return found

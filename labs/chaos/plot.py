@@ -6,10 +6,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-from devkit.i18n import say
 from labs import fonts
 from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.report import ChaosReport
+from labs.i18n import say
 
 
 def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
@@ -32,7 +32,7 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
 
     lanes = [f"w{i + 1}" for i in range(report.config.workers)] + ["redis"]
     y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
-    fonts.use_cjk()  # the 中文 edition's title and legend
+    fonts.use_cjk()  # the Chinese edition's title and legend
     fig = ChaosFigure(figsize=(12, 2.4 + 0.7 * len(lanes)), dpi=100)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for start, end, lane, kind in report.timeline:
@@ -54,18 +54,16 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
     top.axvspan(0, report.config.duration, color="#ffeeee", zorder=-1)
     top.set_yticks([y[lane] for lane in lanes], lanes)
     cx = report.config.counterexample
-    top.set_title(say(f"chaos run, seed {report.config.seed}"
-                      + (f", counterexample: {cx}" if cx else "")
-                      + f" — {len(report.violations)} violation(s)",
-                      f"混沌运行，种子 {report.config.seed}"
-                      + (f"，反例：{cx}" if cx else "")
-                      + f"——{len(report.violations)} 处违规"))
+    top.set_title(say("chaos.plot.title", "chaos run, seed {seed}{counterexample} — {count} "
+                      "violation(s)", seed=report.config.seed, count=len(report.violations),
+                      counterexample=say("chaos.plot.counterexample", ", counterexample: {cx}",
+                                         cx=cx) if cx else ""))
     marks = [Line2D([], [], marker="v", color="black", linestyle="none",
-                    label=say("struck a RUNNING task", "击中一个 RUNNING 任务")),
+                    label=say("chaos.plot.struck", "struck a RUNNING task")),
              Line2D([], [], marker="v", color="black", markerfacecolor="none",
-                    linestyle="none", label=say("none held", "未拦住任何执行")),
+                    linestyle="none", label=say("chaos.plot.none-held", "none held")),
              Line2D([], [], marker="x", color="#d62728", linestyle="none",
-                    label=say("its lease replaced", "它的租约被替换"))]
+                    label=say("chaos.plot.lease-replaced", "its lease replaced"))]
     top.legend(handles=[Patch(color=kind.colour, label=name)
                         for name, kind in FAULT_KINDS.items() if name in report.kinds] + marks,
                loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
@@ -74,8 +72,8 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
         xs, ys = zip(*report.completions, strict=True)
         bottom.step(xs, ys, where="post", color="#2ca02c")
     bottom.set_ylabel("COMPLETED")
-    bottom.set_xlabel(say("seconds after the fault window opened (shaded)",
-                          "故障窗口打开后的秒数（阴影部分）"))
+    bottom.set_xlabel(say("chaos.plot.xlabel", "seconds after the fault window "
+                          "opened (shaded)"))
     fig.tight_layout()
     if path is not None:
         fig.savefig(path)

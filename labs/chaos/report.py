@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devkit.i18n import say
 from labs.chaos.checker import Invariant, Violation, invariant_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.holds import Crossing
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected
+from labs.i18n import say
 from labs.timings import CHAOS_WORKER, describe
 
 #: A run is conclusive about running work when at least this many faults struck a task
@@ -144,52 +144,52 @@ class ChaosReport:
 def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[FaultEvent],
                  out: Callable[[str], None], notes: list[str]) -> None:
     """What the run will do, before it does it: the arguments, timings and schedule."""
-    out(say(f"chaos run: seed {config.seed}, {config.workers} worker process(es), {config.tasks} "
-            f"task(s), fault window {config.duration:g} s, kinds {','.join(kinds)}; "
-            f"machine: {os.cpu_count()} cores",
-            f"混沌演练：种子 {config.seed}，{config.workers} 个 Worker 进程，{config.tasks} "
-            f"个任务，故障窗口 {config.duration:g} 秒，故障种类 {','.join(kinds)}；"
-            f"机器：{os.cpu_count()} 核"))
-    out(say(f"  worker timings (environment): {describe(CHAOS_WORKER)}",
-            f"  Worker 时间参数（环境变量）：{describe(CHAOS_WORKER)}"))
+    out(say("chaos.report.run", "chaos run: seed {seed}, {workers} worker process(es), "
+            "{tasks} task(s), fault window {duration:g} s, kinds {kinds}; machine: {cores} "
+            "cores",
+            seed=config.seed, workers=config.workers, tasks=config.tasks, duration=config.duration,
+            kinds=','.join(kinds), cores=os.cpu_count()))
+    out(say("chaos.report.timings", "  worker timings (environment): {timings}",
+            timings=describe(CHAOS_WORKER)))
     for n in notes:
-        out(say(f"  note: {n}", f"  注：{n}"))
-    out(say(f"  fault schedule ({len(schedule)} faults):",
-            f"  故障时间表（{len(schedule)} 次故障）："))
+        out(say("chaos.report.note", "  note: {n}", n=n))
+    out(say("chaos.report.schedule", "  fault schedule ({count} faults):",
+            count=len(schedule)))
     for ev in schedule:
         out(f"    {ev.describe()}")
 
 
 def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
     """What the run did and found, after it."""
-    out(say("summary", "总结"))
-    out(say("  faults injected: ", "  注入的故障：") + ", ".join(
-        f"{k} {report.executed[k]}" + (say(f" (+{report.skipped[k]} skipped)",
-                                           f"（另有 {report.skipped[k]} 次跳过）")
-                                       if report.skipped[k] else "") for k in report.kinds))
+    out(say("chaos.report.summary", "summary"))
+    injected = ", ".join(
+        f"{k} {report.executed[k]}" + (say("chaos.report.skipped", " (+{skipped} skipped)",
+                                           skipped=report.skipped[k])
+                                       if report.skipped[k] else "") for k in report.kinds)
+    out(say("chaos.report.injected", "  faults injected: {faults}", faults=injected))
     struck = ", ".join(f"{k} {n}" for k, n in sorted(report.struck_running.items()))
-    out(say(f"  faults that struck a RUNNING task (held between two batches): {report.struck} "
-            f"({struck})",
-            f"  打在 RUNNING 任务上的故障（停在两批之间）：{report.struck}（{struck}）"))
-    out(say(f"  running work: {report.verdict()}", f"  运行中的工作：{report.verdict()}"))
-    out(say("  tasks by status: ", "  各状态的任务：")
-        + ", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items())))
+    out(say("chaos.report.struck", "  faults that struck a RUNNING task (held "
+            "between two batches): {count} ({kinds})", count=report.struck, kinds=struck))
+    out(say("chaos.report.running-work", "  running work: {verdict}", verdict=report.verdict()))
+    out(say("chaos.report.by-status", "  tasks by status: {counts}",
+            counts=", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items()))))
     for text_, n in report.failed_texts.most_common():
-        out(say(f"  FAILED x{n}: {text_}", f"  FAILED {n} 个：{text_}"))
-    out(say(f"  settled: {report.settled} after {report.settle_s:.1f} s; {report.snapshots} "
-            f"snapshots of COMPLETED rows ({len(report.completed_seen)} rows checked unchanged)",
-            f"  已收敛：{report.settled}，用时 {report.settle_s:.1f} 秒；COMPLETED 行的快照 "
-            f"{report.snapshots} 次（核对了 {len(report.completed_seen)} 行未被改动）"))
-    out(say("  recovery notes:", "  恢复记录："))
+        out(say("chaos.report.failed", "  FAILED x{n}: {text}", n=n, text=text_))
+    out(say("chaos.report.settled", "  settled: {settled} after {seconds:.1f} s; "
+            "{snapshots} snapshots of COMPLETED rows ({checked} rows checked unchanged)",
+            settled=report.settled, seconds=report.settle_s, snapshots=report.snapshots,
+            checked=len(report.completed_seen)))
+    out(say("chaos.report.recovery-notes", "  recovery notes:"))
     for n in report.notes:
         out(f"    {n}")
     if report.findings:
-        out(say("  findings (not ledger invariants, not counted as violations):",
-                "  发现（不属于账本不变量，不计为违反）："))
+        out(say("chaos.report.findings", "  findings (not ledger invariants, not "
+                "counted as violations):"))
         for n in report.findings:
             out(f"    {n}")
     kept = report.log_dir or "removed (nothing to read in them; --keep-logs keeps them)"
     out(f"  worker logs: {kept}")
-    out(say(f"  violations: {len(report.violations)}", f"  违反：{len(report.violations)} 处"))
+    out(say("chaos.report.violations", "  violations: {count}",
+            count=len(report.violations)))
     for v in report.violations[:30]:
         out(f"    VIOLATION {v}")

@@ -5,14 +5,14 @@ rows of a request as a table, what is left of a request that failed, which ticke
 export should contain — and the machinery of its exercises and scenes, which a learner
 need not read to follow the chapter:
 
-- 练习 A's judge (`judge_order`, exercise `23.order` of `labs.exercises`): the learner's
+- Exercise A's judge (`judge_order`, exercise `23.order` of `labs.exercises`): the learner's
   steps for one WAITING row, run with the product's own add and mark (`Steps`:
   `dispatcher.add_job`, `dispatcher.mark_dispatched`) with Redis up and during a real
   outage of a Redis server of its own (D2, D3, D8);
 - the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
   D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `ascending_scan`, D1);
 - the diagnosis cases `CASES` (`labs.cases`, exercises `case.<name>`): "waiting-dispatched"
-  (练习 C) and "orphan-job" (练习 D), each staged by the real system;
+  (Exercise C) and "orphan-job" (Exercise D), each staged by the real system;
 - `window`: one scene's rows of the lab's history, for its swimlane.
 
 The scenes themselves (the two wrong orders, the gates, the outage) stay in the cells.
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy import func, select
 
-from devkit.i18n import say
 from labs import private_redis, statements, tables
 from labs.cases import CaseSpec
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
+from labs.i18n import say
 from labs.lab import fresh_world
 from labs.names import Names
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
@@ -116,7 +116,7 @@ async def matching_ticket_ids(lab: Lab, status: TicketStatus,
             Ticket.deleted_at.is_(None)).order_by(Ticket.id))).all())
 
 
-# ------------------------------------------------------------ 练习 A: one row's step order
+# ------------------------------------------------------------ Exercise A: one row's step order
 
 #: What the judge's exports ask for (any filter the demo team has rows for).
 ORDER_FILTERS = {"status": ["OPEN"]}
@@ -162,20 +162,18 @@ class OrderRuns:
     stopped: list[str] = field(default_factory=list)
 
     def verdict(self) -> Verdict:
-        notes = [*(say("Redis up: ", "Redis 正常时：") + s for s in self.calm),
-                 *(say("Redis stopped during your steps, then back: ",
-                       "你的步骤进行时 Redis 停掉，随后恢复：") + s for s in self.storm),
+        notes = [*(say("ch23.redis-up", "Redis up: {note}", note=s) for s in self.calm),
+                 *(say("ch23.redis-stopped", "Redis stopped during your steps, then back: {note}",
+                       note=s) for s in self.storm),
                  *self.stopped]
         facts = {"calm": list(self.calm), "storm": list(self.storm), "calm_ok": self.calm_ok,
                  "storm_ok": self.storm_ok, "lost": self.lost}
         if self.calm_ok and self.storm_ok:
-            return passed(say("Your order holds: enqueued exactly once and completed with Redis "
-                              "up; with Redis down nothing was lost and the next tick after "
-                              "recovery took the row (D2, D3, D8).",
-                              "你的顺序站得住：Redis 正常时恰好入队一次并完成；Redis 停掉时什么"
-                              "也没丢，恢复后的下一个 tick 取走了这一行（D2、D3、D8）。"),
+            return passed(say("ch23.your-order-holds", "Your order holds: enqueued exactly once "
+                              "and completed with Redis up; with Redis down nothing was lost and "
+                              "the next tick after recovery took the row (D2, D3, D8)."),
                           *notes, **facts)
-        return failed(say("Not yet:", "还不对："), *notes, **facts)
+        return failed(say("ch23.not-yet", "Not yet:"), *notes, **facts)
 
 
 async def _one_row(lab: Lab, conn: Any, task_id: str) -> Any:
@@ -229,10 +227,8 @@ async def judge_order(fn: Any, *, settings: Any = None) -> Verdict:
        skipped by the scan for 30 s (D1, D3); a row left unmarked is taken by that tick
        and completed."""
     if not inspect.iscoroutinefunction(fn):
-        return failed(say("write it as `async def my_dispatch_one(row, steps): ...` "
-                          "(the steps are awaited)",
-                          "请写成 `async def my_dispatch_one(row, steps): ...`"
-                          "（这些步骤要 await）"))
+        return failed(say("ch23.write-async-def", "write it as `async def my_dispatch_one(row, "
+                          "steps): ...` (the steps are awaited)"))
     runs = OrderRuns()
     async with fresh_world("23-order-judge", runs.stopped, settings=settings, tickets=10,
                            private_redis=True) as lab:
@@ -249,16 +245,13 @@ async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) ->
     row, job = await lab.task(calm.id), await lab.job(calm.id)
     note = found.calm.append
     if error:
-        note(say(f"your steps raised {error} although Redis was up",
-                 f"Redis 正常，你的步骤却抛出了 {error}"))
+        note(say("ch23.your-steps-raised", "your steps raised {error} although Redis was up",
+                 error=error))
     if job is None:
-        note(say("no job in the queue: the row was never enqueued (D2)",
-                 "队列里没有 job：这一行从未入队（D2）"))
+        note(say("ch23.no-job-queue", "no job in the queue: the row was never enqueued (D2)"))
     if row.dispatched_at is None:
-        note(say("dispatched_at was not marked: every scan takes the row again as never "
-                 "dispatched, first in line (D3)",
-                 "dispatched_at 没有标记：每次扫描都会把这一行当作从未投递，重新排在最前"
-                 "取走（D3）"))
+        note(say("ch23.dispatched-not-marked", "dispatched_at was not marked: every scan takes "
+                 "the row again as never dispatched, first in line (D3)"))
     if job is None or error:
         return
     await lab.start_worker("J")
@@ -267,10 +260,8 @@ async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) ->
     finally:
         await lab.stop_worker("J")
     done, runs = await lab.task(calm.id), await _completions(lab, calm.id)
-    note(say(f"one job (<task>-{row.run}); the worker ran it {runs} time(s); "
-             f"the task is {done.status.value}",
-             f"一个 job（<task>-{row.run}）；Worker 执行了它 {runs} 次；"
-             f"任务是 {done.status.value}"))
+    note(say("ch23.calm-ran", "one job (<task>-{run}); the worker ran it {runs} time(s); the "
+             "task is {status}", run=row.run, runs=runs, status=done.status.value))
     found.calm_ok = (row.dispatched_at is not None and runs == 1
                      and done.status.value == "COMPLETED")
 
@@ -282,24 +273,22 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -
         error = await _run_steps(fn, row, steps)
         during = await lab.task(storm.id)
     note = found.storm.append
-    note(say(f"your steps {'raised ' + error if error else 'returned'}; the row: WAITING, "
-             f"dispatched_at {'set' if during.dispatched_at else 'NULL'}, no job",
-             f"你的步骤{'抛出了 ' + error if error else '正常返回'}；这一行：WAITING，"
-             f"dispatched_at {'已设置' if during.dispatched_at else '为 NULL'}，没有 job"))
+    outcome = (say("ch23.storm.raised", "raised {error}", error=error) if error
+               else say("ch23.storm.returned", "returned"))
+    mark = (say("ch23.storm.mark-set", "set") if during.dispatched_at
+            else say("ch23.storm.mark-null", "NULL"))
+    note(say("ch23.storm.during", "your steps {outcome}; the row: WAITING, dispatched_at "
+             "{mark}, no job", outcome=outcome, mark=mark))
     report = await lab.dispatch()  # Redis is back, empty: the first tick after recovery
     job = await lab.job(storm.id)
     if during.dispatched_at is not None and job is None:
         found.lost = True
-        note(say(f"LOST: the first tick after recovery scanned {report.scanned} row(s) and skipped "
-                 "it — it says 'checked' with no job behind it, so the scan leaves it for 30 s "
-                 "(D1, D3); read as 'sent', never again",
-                 f"丢失：恢复后的第一个 tick 扫描了 {report.scanned} 行，跳过了它——它说“已核对”，"
-                 "背后却没有 job，所以扫描 30 秒内不会管它（D1、D3）；若被读作“已发送”，"
-                 "就再也不会了"))
+        note(say("ch23.storm.lost", "LOST: the first tick after recovery scanned {scanned} row(s) "
+                 "and skipped it — it says 'checked' with no job behind it, so the scan leaves it "
+                 "for 30 s (D1, D3); read as 'sent', never again", scanned=report.scanned))
         return
     if job is None:
-        note(say("the first tick after recovery did not enqueue it",
-                 "恢复后的第一个 tick 没有把它入队"))
+        note(say("ch23.storm.not-enqueued", "the first tick after recovery did not enqueue it"))
         return
     await lab.start_worker("J")
     try:
@@ -307,10 +296,9 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -
     finally:
         await lab.stop_worker("J")
     done, runs = await lab.task(storm.id), await _completions(lab, storm.id)
-    note(say(f"the first tick after recovery enqueued it (added={report.added}); the worker ran "
-             f"it {runs} time(s); the task is {done.status.value}",
-             f"恢复后的第一个 tick 把它入队了（added={report.added}）；Worker 执行了它 "
-             f"{runs} 次；任务是 {done.status.value}"))
+    note(say("ch23.storm.ran", "the first tick after recovery enqueued it (added={added}); "
+             "the worker ran it {runs} time(s); the task is {status}",
+             added=report.added, runs=runs, status=done.status.value))
     found.storm_ok = runs == 1 and done.status.value == "COMPLETED"
 
 
@@ -399,7 +387,7 @@ def _dispatcher_gate(row: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------ diagnosis cases (labs.cases)
 
 async def _stage_waiting_dispatched(lab: Lab) -> str:
-    """The book's 练习 C: a reminder due tomorrow, dispatched by a real tick — WAITING with
+    """The book's Exercise C: a reminder due tomorrow, dispatched by a real tick — WAITING with
     `dispatched_at` set, its job delayed until tomorrow (D1, D2)."""
     due = datetime.now(UTC) + timedelta(days=1)
     _ticket, task = await lab.create_ticket("Call the supplier back", actor="eve", due_at=due)
@@ -448,20 +436,7 @@ CASES = {
             "today as a delayed job; every 30 s a scan re-checks it and only refreshes "
             "dispatched_at while the job is queued (D1, D2, D4). Worry only when the job is "
             "missing and the scans are failing.",
-        zh={
-            "title": "WAITING，dispatched_at 已设置：是不是卡住了？",
-            "why": "扫描没有 run_at <= now 的条件，所以明天的提醒今天就作为延迟 job 入队；"
-                   "每 30 秒一次扫描再次核对它，job 还在队列里时只刷新 dispatched_at"
-                   "（D1、D2、D4）。只有 job 不见了、而且扫描一直失败时才需要担心。",
-            "choices": {
-                "stuck": "卡住了：投递器标记了它又把它弄丢了，需要人工修复",
-                "delayed": "没有卡住：它已经入队，它的 job 在队列里等待（延迟到 run_at）；"
-                           "dispatched_at 是最近一次投递核对时间",
-                "mark-first": "标记在加入之前就写下了，而加入失败了",
-                "worker-died": "一个 Worker 认领了它然后死掉了；它在等过期恢复",
-                "scan-failing": "扫描一直失败，所以再也没人看它",
-            },
-        }),
+    ),
     "orphan-job": CaseSpec(
         name="orphan-job",
         title="A failed job of a task that is COMPLETED",
@@ -475,27 +450,13 @@ CASES = {
             "d4-missed": "the dispatcher's D4 failed branch missed it and must fail the task",
         },
         cause="old-run", rules=frozenset({"R2", "R3", "I2", "Q1"}),
-        # The notebook's second case beside the first: its own names (练习 D).
+        # The notebook's second case beside the first: its own names (Exercise D).
         answer=("my_cause_d", "my_rule_d"), solution=("solution_cause_d", "solution_rule_d"),
         why="a manual retry opens run + 1, whose job id <task>-1 is new (I2, R2); the "
             "failed record of <task>-0 stays for removeOnFail's week (Q1) and, if it were "
             "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "
             "job: nothing in the ledger's current run points at it.",
-        zh={
-            "title": "一个已 COMPLETED 的任务的 failed job",
-            "why": "手动重试新开一轮 run + 1，它的 job id <task>-1 是新的（I2、R2）；"
-                   "<task>-0 的失败记录按 removeOnFail 保留一周（Q1），即使它哪天被投递出来，"
-                   "P1 也会跳过旧轮次（R3）。看板把它叫作孤儿 job（orphan job）："
-                   "账本当前这一轮里没有任何东西指向它。",
-            "choices": {
-                "ledger-lies": "账本错了：任务其实失败了，COMPLETED 是假的",
-                "old-run": "第 0 轮的遗留：重试新开了第 1 轮，有自己的 job id；旧的失败记录"
-                           "由队列的保留期留着，无害",
-                "duplicate": "第 1 轮的一次重复投递，在执行成功的那次旁边失败了",
-                "listener": "failed 监听器忘了把 FAILED 写进账本",
-                "d4-missed": "投递器 D4 的 failed 分支漏掉了它，必须把任务判为失败",
-            },
-        }),
+    ),
 }
 
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy import select
 
-from devkit.i18n import say
 from labs import tables
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import say
 from labs.names import Names
 from teamdesk.db.models import Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
@@ -74,16 +74,16 @@ def d_judged(facts: dict[str, Any] | None) -> bool | str:
     still waits in Redis as a delayed job (nothing was cancelled there, O4; it will find
     its revision stale tomorrow, M1). A string says what is not there yet."""
     if facts is None or facts["new"] is None:
-        return say("answer should be D's new REMINDER task", "answer 应当是 D 的新 REMINDER 任务")
+        return say("ch24.answer-should-d", "answer should be D's new REMINDER task")
     status, summary = facts["new"]
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
-        return say(f"the new reminder is {status}, not yet completed with a reminder sent",
-                   f"新提醒是 {status}，还没有以“已发出提醒”完成")
-    return facts["d1"] == ("WAITING", "delayed") or say(f"d1 is {facts['d1']}",
-                                                        f"d1 是 {facts['d1']}")
+        return say("ch24.new-reminder-not", "the new reminder is {status}, not yet completed with "
+                   "a reminder sent", status=status)
+    return facts["d1"] == ("WAITING", "delayed") or say("ch24.d1", "d1 is {d1}",
+                                                        d1=facts["d1"])
 
 
-# ------------------------------------------------------------ 练习 (ours): the stale check
+# ------------------------------------------------------------ Exercise (ours): the stale check
 
 async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     """Four tickets, each with a reminder due now, changed by the product's services:
@@ -94,25 +94,24 @@ async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     now = datetime.now(UTC)
     out = []
     _t, current = await lab.create_ticket("Judge: nothing changed", due_at=now)
-    out.append((say("nothing changed since it was scheduled", "排程之后什么也没改"), current,
-                True, say("the one reminder that was due never came",
-                          "唯一该发的那条提醒始终没来")))
+    out.append((say("ch24.stale.unchanged", "nothing changed since it was scheduled"), current,
+                True, say("ch24.stale.never-came", "the one reminder that was due never came")))
     t, moved = await lab.create_ticket("Judge: re-scheduled", due_at=now)
     await lab.set_due_date(t.id, now + timedelta(minutes=5))
-    out.append((say("its due date moved (a newer reminder exists)",
-                    "截止时间改了（已有一条更新的提醒）"), moved, False,
-                say("the newer reminder will remind too: twice for one ticket",
-                    "更新的那条提醒也会提醒：一张工单提醒两次")))
+    out.append((say("ch24.stale.moved", "its due date moved (a newer reminder exists)"), moved,
+                False,
+                say("ch24.newer-reminder-will", "the newer reminder will remind too: twice for "
+                    "one ticket")))
     t, cleared = await lab.create_ticket("Judge: due date cleared", due_at=now)
     await lab.set_due_date(t.id, None)
-    out.append((say("its due date was cleared", "截止时间被清除了"), cleared, False,
-                say("a reminder for a ticket that has no due date any more",
-                    "为一张已经没有截止时间的工单发了提醒")))
+    out.append((say("ch24.due-date-cleared", "its due date was cleared"), cleared, False,
+                say("ch24.reminder-ticket-has", "a reminder for a ticket that has no due date any "
+                    "more")))
     t, closed = await lab.create_ticket("Judge: closed", due_at=now)
     async with lab.sessions() as s:
         await ticket_services.close_ticket(s, lab.team, "ben", t.id)
-    out.append((say("its ticket was closed", "工单被关闭了"), closed, False,
-                say("a reminder about a closed ticket", "为一张已关闭的工单发了提醒")))
+    out.append((say("ch24.ticket-closed", "its ticket was closed"), closed, False,
+                say("ch24.reminder-about-closed", "a reminder about a closed ticket")))
     return out
 
 
@@ -147,8 +146,8 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
     from teamdesk.testing import FakeJob
 
     if not callable(fn):
-        return failed(say("write a function: def my_stale_reason(task, ticket): ...",
-                          "请写一个函数：def my_stale_reason(task, ticket): ..."))
+        return failed(say("ch24.write-function-def", "write a function: def my_stale_reason(task, "
+                          "ticket): ..."))
     ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
     lines: list[str] = []
     right = total = 0
@@ -157,25 +156,22 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
         try:
             await process_task(FakeJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
-            lines.append(say(f"✗ {what}: your check raised {type(err).__name__}; the "
-                             "reminder is left for a retry, nobody was told why",
-                             f"✗ {what}：你的检查抛出了 {type(err).__name__}；"
-                             "这条提醒留待重试，没有人被告知原因"))
+            lines.append(say("ch24.your-check-raised", "✗ {what}: your check raised {error_type}; "
+                             "the reminder is left for a retry, nobody was told why",
+                             what=what, error_type=type(err).__name__))
             continue
         row = await lab.task(task.id)
         sent = (row.result_summary or "").startswith("Reminder sent")
         right += sent == should_send
         mark = "✓" if sent == should_send else "✗"
-        did = say("reminded", "提醒了") if sent else say("sent nothing", "什么也没发")
+        did = say("ch24.reminded", "reminded") if sent else say("ch24.sent-nothing", "sent nothing")
         ought = "" if sent == should_send else f" — {cost}"
-        lines.append(say(f"{mark} {what}: {did} ({row.status.value}: "
-                         f"{row.result_summary}){ought}",
-                         f"{mark} {what}：{did}（{row.status.value}："
-                         f"{row.result_summary}）{ought}"))
+        lines.append(say("ch24.stale.line", "{mark} {what}: {did} ({status}: "
+                         "{result_summary}){ought}", mark=mark, what=what, did=did,
+                         status=row.status.value, result_summary=row.result_summary, ought=ought))
     if right == total:
-        return passed(say("every reminder did what it should: only the current one reminded "
-                          "anyone (M1, O3, P10)",
-                          "每条提醒都做了该做的事：只有当前的那条提醒了人（M1、O3、P10）"),
+        return passed(say("ch24.every-reminder-did", "every reminder did what it should: only the "
+                          "current one reminded anyone (M1, O3, P10)"),
                       *lines, right=right, total=total)
-    return failed(say(f"{right} of {total} right:", f"{total} 条里对了 {right} 条："),
+    return failed(say("ch24.right", "{right} of {total} right:", right=right, total=total),
                   *lines, right=right, total=total)

@@ -18,8 +18,8 @@ import io
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import say
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
 from teamdesk.errors import TeamDeskError
 from teamdesk.services import exports
@@ -76,15 +76,14 @@ def fits(filters: Any, matched: int | str | None, limit: int) -> bool | str:
     `limit` tickets (`matched`, from `matches`), so `request_export` would accept them (X1;
     a new, narrower request, R4). A string says what is wrong."""
     if not isinstance(filters, dict) or filters.get("status") != ["OPEN"]:
-        return say("keep the status filter: {'status': ['OPEN'], …}",
-                   "保留状态筛选条件：{'status': ['OPEN'], …}")
+        return say("ch25.keep-status-filter", "keep the status filter: {{'status': ['OPEN'], …}}")
     if isinstance(matched, str):
-        return say(f"the service refuses these filters — {matched}",
-                   f"服务拒绝了这些筛选条件——{matched}")
+        return say("ch25.service-refuses-these", "the service refuses these filters — {matched}",
+                   matched=matched)
     if matched is None:
-        return say("nothing counted yet", "还没有计数")
-    return 0 < matched <= limit or say(f"they match {matched} tickets; the aim is 1–{limit}",
-                                       f"它们匹配 {matched} 张工单；目标是 1–{limit} 张")
+        return say("ch25.nothing-counted-yet", "nothing counted yet")
+    return 0 < matched <= limit or say("ch25.they-match-tickets", "they match {matched} tickets; "
+                                       "the aim is 1–{limit}", matched=matched, limit=limit)
 
 
 async def legacy_export(lab: Lab, filters: dict[str, Any], *, user: str = "ben"
@@ -144,15 +143,13 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     the filters match (a new, narrower task, R4). Else what went wrong, from the real
     system."""
     if not isinstance(filters, dict) or filters.get("text") != WISH["text"]:
-        return failed(say("keep Ben's wish, {'text': 'Webhook', …}, and narrow it with more "
-                          "filters",
-                          "保留 Ben 的愿望 {'text': 'Webhook', …}，再加筛选条件把它变窄"))
+        return failed(say("ch25.keep-ben-wish", "keep Ben's wish, {{'text': 'Webhook', …}}, and "
+                          "narrow it with more filters"))
     try:
         task = await lab.request_export(filters, user=user)
     except TeamDeskError as err:
-        return failed(say(f"the request was refused and wrote nothing — "
-                          f"{type(err).__name__}: {err}",
-                          f"申请被拒绝，什么也没写——{type(err).__name__}: {err}"),
+        return failed(say("ch25.request-refused-wrote", "the request was refused and wrote "
+                          "nothing — {error_type}: {err}", error_type=type(err).__name__, err=err),
                       refused=type(err).__name__)
     if "W" not in lab.workers:
         await lab.start_worker("W", export_batch_size=10)
@@ -163,9 +160,8 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     row = await lab.task(task.id)
     facts = {"task_id": task.id, "status": row.status.value}
     if row.status is not TaskStatus.COMPLETED:
-        return failed(say(f"accepted, but the export ended {row.status.value}: "
-                          f"{row.last_error}",
-                          f"已受理，但导出以 {row.status.value} 结束：{row.last_error}"),
+        return failed(say("ch25.accepted-but-export", "accepted, but the export ended {status}: "
+                          "{last_error}", status=row.status.value, last_error=row.last_error),
                       **facts)
     saved = list(csv.DictReader(io.StringIO((await download(lab, user, task)).csv)))
     async with lab.sessions() as s:
@@ -174,13 +170,12 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     limit = lab.settings.export_limit
     facts |= {"rows": len(saved), "limit": limit}
     if not saved:
-        return failed(say("it ran, but saved 0 rows: narrow the export, do not empty it",
-                          "它执行了，但保存了 0 行：要让导出变窄，不是把它清空"), **facts)
+        return failed(say("ch25.ran-but-saved", "it ran, but saved 0 rows: narrow the export, do "
+                          "not empty it"), **facts)
     if [int(r["id"]) for r in saved] != [t.id for t in meant] or not all(
             WISH["text"].lower() in r["title"].lower() for r in saved):
-        return failed(say("the saved rows are not the tickets your filters match",
-                          "保存下来的行不是你的筛选条件匹配的工单"), **facts)
-    return passed(say(f"a new, narrower task: COMPLETED, {len(saved)} rows (limit {limit}), "
-                      f"every one about Webhook — {row.result_summary} (X1, R4)",
-                      f"一个新的、更窄的任务：COMPLETED，{len(saved)} 行（限额 {limit}），"
-                      f"每一行都与 Webhook 有关——{row.result_summary}（X1、R4）"), **facts)
+        return failed(say("ch25.saved-rows-not", "the saved rows are not the tickets your filters "
+                          "match"), **facts)
+    return passed(say("ch25.new-narrower-task", "a new, narrower task: COMPLETED, {rows} rows "
+                      "(limit {limit}), every one about Webhook — {result_summary} (X1, R4)",
+                      rows=len(saved), limit=limit, result_summary=row.result_summary), **facts)

@@ -15,9 +15,9 @@ import itertools
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
 from labs import fonts
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import say
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
@@ -71,16 +71,15 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
     with what each is (I1, I2, I3)."""
     rows = [
         ("task id", round_1.id, round_2.id,
-         say("the ledger row: one for the task's whole life", "账本那一行：任务一生只有一行")),
+         say("ch26a.identity.task-id", "the ledger row: one for the task's whole life")),
         ("run", round_1.run, round_2.run,
-         say('the round; the page shows "round run+1"', "轮次；页面显示“第 run+1 轮”")),
+         say("ch26a.identity.run", "the round; the page shows \"round run+1\"")),
         ("queue job id", job_0.id, job_1.id,
-         say("task_job_id(id, run): a manual retry opens a new one",
-             "task_job_id(id, run)：手动重试会新开一个")),
+         say("ch26a.identity.job-id", "task_job_id(id, run): a manual retry opens a new one")),
         ("job attemptsMade", job_0.attemptsMade, job_1.attemptsMade,
-         say("kept by BullMQ, per job", "由 BullMQ 记录，每个队列记录各一个")),
+         say("ch26a.identity.attempts-made", "kept by BullMQ, per job")),
         ("ledger attempts", round_1.attempts, round_2.attempts,
-         say("attemptsMade + 1 of that job", "那个队列记录的 attemptsMade + 1")),
+         say("ch26a.identity.attempts", "attemptsMade + 1 of that job")),
         ("status", round_1.status.value, round_2.status.value, ""),
     ]
     lines = [f"{'':<17}{'round 1':<11}{'round 2':<11}"]
@@ -88,7 +87,7 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- 练习 E: retry or reject
+# ---------------------------------------------------------------- Exercise E: retry or reject
 
 #: Exercise E's situations: what goes wrong during an export, and whether it stays wrong
 #: on the next attempt (the judge's world: a passing problem strikes the first attempt
@@ -102,13 +101,21 @@ SITUATIONS: dict[str, tuple[bool, RejectReason]] = {
     "the filters name a status that does not exist": (True, RejectReason.INVALID_FILTERS),
 }
 CHOICES = ("retry", "reject")
-#: The situations in the 中文 edition's words (shown beside the learner's choice).
-SITUATIONS_ZH = {
-    "the database connection dropped while a batch was read": "读取一批时数据库连接断了",
-    "Redis timed out while the progress was reported": "汇报进度时 Redis 超时",
-    "the export's owner is no longer a member of the team": "导出的所有者已不是团队成员",
-    "the filters name a status that does not exist": "筛选条件里写了一个不存在的状态",
-}
+
+
+def _situations_shown() -> dict[str, str]:
+    """The situations in the edition's words (shown beside the learner's choice)."""
+    return {
+        "the database connection dropped while a batch was read": say(
+            "ch26a.situation.connection", "the database connection dropped while a batch was "
+            "read"),
+        "Redis timed out while the progress was reported": say(
+            "ch26a.situation.redis-timeout", "Redis timed out while the progress was reported"),
+        "the export's owner is no longer a member of the team": say(
+            "ch26a.situation.owner-gone", "the export's owner is no longer a member of the team"),
+        "the filters name a status that does not exist": say(
+            "ch26a.situation.bad-status", "the filters name a status that does not exist"),
+    }
 
 
 class ScriptedJob(FakeJob):
@@ -175,44 +182,45 @@ async def judge_kinds(choices: Any, *, lab: Lab, ctx: TaskContext) -> Verdict:
     choice; it holds when every task ended the way it should — finished after a passing
     problem, FAILED at once for a lasting one — else what each choice cost (P7)."""
     if not isinstance(choices, dict) or set(choices) != set(SITUATIONS):
-        return failed(say("my_kinds must map each situation above to \"retry\" or \"reject\"",
-                          "my_kinds 必须为上面的每一种情况写上 \"retry\" 或 \"reject\""))
-    lines, right = [], 0
+        return failed(say("ch26a.kinds.not-a-map", "my_kinds must map each situation above to "
+                          "\"retry\" or \"reject\""))
+    lines, right, shown = [], 0, _situations_shown()
     outcomes: dict[str, tuple[str, str, int] | None] = {}
     for situation, choice in choices.items():
-        zh = SITUATIONS_ZH[situation]
         if choice not in CHOICES:
             outcomes[situation] = None
-            lines.append(say(f"? {situation}: write \"retry\" or \"reject\"",
-                             f"? {zh}：请写 \"retry\" 或 \"reject\""))
+            lines.append(say("ch26a.kind.unknown", "? {situation}: write \"retry\" or "
+                             "\"reject\"", situation=shown[situation]))
             continue
         status, runs = await _outcome(lab, ctx, situation, choice)
         outcomes[situation] = (choice, status, runs)
         stays = SITUATIONS[situation][0]
         if not stays and status == "COMPLETED":
             right += 1
-            lines.append(say(f"✓ {situation}: {choice} → COMPLETED on attempt {runs}",
-                             f"✓ {zh}：{choice} → 第 {runs} 次尝试 COMPLETED"))
+            lines.append(say("ch26a.kind.finished", "✓ {situation}: {choice} → COMPLETED on "
+                             "attempt {runs}", situation=shown[situation], choice=choice,
+                             runs=runs))
         elif stays and status == "FAILED" and runs == 1:
             right += 1
-            lines.append(say(f"✓ {situation}: {choice} → FAILED at once, a clear reason kept",
-                             f"✓ {zh}：{choice} → 立即 FAILED，留下了清楚的原因"))
+            lines.append(say("ch26a.kind.rejected", "✓ {situation}: {choice} → FAILED at "
+                             "once, a clear reason kept", situation=shown[situation],
+                             choice=choice))
         elif not stays:
-            lines.append(say(f"✗ {situation}: {choice} → {status} after {runs} execution(s); "
-                             "the problem had passed, a retry would have finished the export",
-                             f"✗ {zh}：{choice} → 执行 {runs} 次后 {status}；"
-                             "问题已经过去，重试本可以完成导出"))
+            lines.append(say("ch26a.kind.should-retry", "✗ {situation}: {choice} → {status} "
+                             "after {runs} execution(s); the problem had passed, a retry would "
+                             "have finished the export", situation=shown[situation],
+                             choice=choice, status=status, runs=runs))
         else:
-            lines.append(say(f"✗ {situation}: {choice} → {status} only after {runs} "
-                             "executions: each retry met the same problem (and the user waited)",
-                             f"✗ {zh}：{choice} → 直到执行 {runs} 次后才 {status}："
-                             "每次重试都遇到同样的问题（用户白白等着）"))
+            lines.append(say("ch26a.kind.should-reject", "✗ {situation}: {choice} → {status} "
+                             "only after {runs} executions: each retry met the same problem (and "
+                             "the user waited)", situation=shown[situation], choice=choice,
+                             status=status, runs=runs))
     facts = {"right": right, "total": len(SITUATIONS), "outcomes": outcomes}
     if right == len(SITUATIONS):
-        return passed(say("every task ended the way it should (P7)",
-                          "每个任务都以应有的方式结束（P7）"), *lines, **facts)
-    return failed(say(f"{right} of {len(SITUATIONS)} right",
-                      f"{len(SITUATIONS)} 种情况里对了 {right} 种"), *lines, **facts)
+        return passed(say("ch26a.kinds.passed", "every task ended the way it should (P7)"),
+                      *lines, **facts)
+    return failed(say("ch26a.kinds.score", "{right} of {total} right", right=right,
+                      total=len(SITUATIONS)), *lines, **facts)
 
 
 # ---------------------------------------------------------------- §2: the backoff, measured
@@ -245,12 +253,12 @@ def plot_attempts(rows: list[dict[str, Any]], *, title: str) -> Any:
             self.savefig(buf, format="png")
             return buf.getvalue()
 
-    fonts.use_cjk()  # the 中文 edition's labels
+    fonts.use_cjk()  # the Chinese edition's labels
     fig = AttemptsFigure(figsize=(8, 2.2), dpi=100)
     ax = fig.subplots()
     for r in rows:
         ax.plot([r["started"]], [0], "o", color="tab:blue")
-        ax.annotate(say(f"attempt {r['attempt']}", f"第 {r['attempt']} 次尝试"),
+        ax.annotate(say("ch26a.plot.attempt", "attempt {n}", n=r["attempt"]),
                     (r["started"], 0), (0, 10),
                     textcoords="offset points", ha="center")
         if r["failed"] is not None:
@@ -259,12 +267,12 @@ def plot_attempts(rows: list[dict[str, Any]], *, title: str) -> Any:
         ax.annotate("", (r["started"], -0.5), (prev["failed"], -0.5),
                     arrowprops={"arrowstyle": "<->", "color": "grey"})
         ax.text((prev["failed"] + r["started"]) / 2, -0.45,
-                say(f"backoff {r['waited']:.1f} s", f"退避 {r['waited']:.1f} 秒"),
+                say("ch26a.plot.backoff", "backoff {waited:.1f} s", waited=r["waited"]),
                 ha="center", va="bottom", color="grey")
     ax.set_ylim(-1, 1)
     ax.set_yticks([])
-    ax.set_xlabel(say("seconds since attempt 1 started (o: start, x: failed)",
-                      "自第 1 次尝试开始的秒数（o：开始，x：失败）"))
+    ax.set_xlabel(say("ch26a.plot.xlabel", "seconds since attempt 1 started (o: start, "
+                      "x: failed)"))
     ax.set_title(title)
     fig.tight_layout()
     return fig

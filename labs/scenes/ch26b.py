@@ -18,8 +18,9 @@ twice, each time in a fresh world — against the product, where it must pass, a
 status-only guard switched on for A (`lab.counterexample("status-only-guard", actor="A")`),
 where it must fail: a test that cannot catch the bug is not a test. Each run is bounded (a
 test that hangs is reported as hanging, not waited for) and must leave no gate held, pass or
-fail (the book: finally 无论断言成功与否都释放关卡). `takeover` is the recipe such a test
-follows, as the notebook's scenes use it (§4's second pause).
+fail (the book: `finally` releases the gates whether the assertions passed or not).
+`takeover` is the recipe such a test follows, as the notebook's scenes use it (§4's second
+pause).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from devkit.i18n import say
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import say
 from labs.lab import fresh_world
 from labs.races import Takeover
 from teamdesk.db.models import Ticket
@@ -60,17 +61,16 @@ def where_fence(where: str) -> Any:
     product's lease condition. `where` may name `%(task_id)s`, `%(run)s` and
     `%(execution_id)s` (the lease the executor holds) and the table's columns."""
     if not isinstance(where, str) or not where.strip():
-        raise ValueError(say("write the condition as a string, e.g. \"id = %(task_id)s AND …\"",
-                             "把条件写成一个字符串，例如 \"id = %(task_id)s AND …\""))
+        raise ValueError(say("ch26b.write-condition-string", "write the condition as a string, "
+                             "e.g. \"id = %(task_id)s AND …\""))
     text = " ".join(where.split())
     if ";" in text:
-        raise ValueError(say("one condition, without ';'", "只写一个条件，不要带 ';'"))
+        raise ValueError(say("ch26b.one-condition-without", "one condition, without ';'"))
     unknown = set(re.findall(r"%\((\w+)\)s", text)) - LEASE_PARAMS
     if unknown:
-        raise ValueError(say(f"unknown parameter(s) {', '.join(sorted(unknown))}; the lease has "
-                             "%(task_id)s, %(run)s and %(execution_id)s",
-                             f"未知参数 {', '.join(sorted(unknown))}；租约只有 "
-                             "%(task_id)s、%(run)s 和 %(execution_id)s"))
+        raise ValueError(say("ch26b.unknown-parameter-lease", "unknown parameter(s) {unknown}; "
+                             "the lease has %(task_id)s, %(run)s and %(execution_id)s",
+                             unknown=', '.join(sorted(unknown))))
 
     async def fence(conn: Any, lease: Lease, statement: str | None = None, *,
                     during: str = "write", **values: Any) -> None:
@@ -98,20 +98,18 @@ class FenceRuns:
     def verdict(self, where: str) -> Verdict:
         facts = {"where": where, "alone_completed": self.alone_completed, "saved": self.saved}
         if self.alone_completed and self.saved == "B":
-            return passed(say("your fence holds: the lease holder writes, and after B took over "
-                              "A's late writes matched no row — B's CSV was saved (P3, P5)",
-                              "你的围栏守住了：租约持有者能写入；B 接手之后，A 迟到的写入一行也"
-                              "没匹配上——保存的是 B 的 CSV（P3、P5）"), *self.notes, **facts)
+            return passed(say("ch26b.fence.holds", "your fence holds: the lease holder "
+                              "writes, and after B took over A's late writes matched no row — B's "
+                              "CSV was saved (P3, P5)"), *self.notes, **facts)
         if not self.alone_completed:
-            return failed(say("your fence refused the lease holder's own writes: an executor "
-                              "alone could not finish its export",
-                              "你的围栏连租约持有者自己的写入都拒绝了：一个执行者单独运行也"
-                              "完成不了它的导出"), *self.notes, **facts)
-        return failed(say(f"after B took over, {'A' if self.saved == 'A' else 'nobody'}'s CSV "
-                          "was saved: A's late writes still matched a row",
-                          "B 接手之后，"
-                          f"{'保存的是 A 的 CSV' if self.saved == 'A' else '谁的 CSV 都没保存'}"
-                          "：A 迟到的写入仍然匹配到了一行"), *self.notes, **facts)
+            return failed(say("ch26b.fence.refuses-holder", "your fence refused the lease "
+                              "holder's own writes: an executor alone could not finish its "
+                              "export"), *self.notes, **facts)
+        if self.saved == "A":
+            return failed(say("ch26b.fence.a-saved", "after B took over, A's CSV was saved: A's "
+                              "late writes still matched a row"), *self.notes, **facts)
+        return failed(say("ch26b.fence.none-saved", "after B took over, nobody's CSV was saved: "
+                          "A's late writes still matched a row"), *self.notes, **facts)
 
 
 async def _alone(lab: Lab, verdict: FenceRuns) -> None:
@@ -122,7 +120,7 @@ async def _alone(lab: Lab, verdict: FenceRuns) -> None:
                               timeout=T)
     row = await lab.task(task.id)
     verdict.alone_completed = row.status.value == "COMPLETED"
-    verdict.notes.append(say(f"alone: {done['result']}", f"单独运行：{done['result']}"))
+    verdict.notes.append(say("ch26b.fence.alone", "alone: {result}", result=done["result"]))
     await lab.stop_worker("S")
 
 
@@ -144,8 +142,7 @@ async def _race(lab: Lab, verdict: FenceRuns) -> None:
         with lab.expect_errors(actor="A"), lab.expect_errors(actor="B"):
             await race.a_returns_late()
             done = await race.b_finishes()
-    verdict.notes.append(say(f"race: B says {done['result']!r}",
-                             f"竞争：B 说 {done['result']!r}"))
+    verdict.notes.append(say("ch26b.fence.race", "race: B says {result!r}", result=done["result"]))
     row = await lab.task(task.id)
     titles = [r["title"] for r in csv.DictReader(io.StringIO(row.result_csv or ""))]
     if titles:
@@ -216,7 +213,7 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
     return len(saved), [r["op"] for r in lab.history.of(actor="A", type="fail", task_id=t.id)]
 
 
-# ---------------------------------------------------------------- 练习 A: the learner's test
+# ---------------------------------------------------------------- Exercise A: the learner's test
 
 #: A learner's test: an async function of one lab world.
 LabTest = Callable[[Any], Awaitable[Any]]
@@ -224,10 +221,17 @@ LabTest = Callable[[Any], Awaitable[Any]]
 WORLDS = (("the product", None), ("the status-only guard for A", "status-only-guard"))
 #: Seconds one run of a learner's test may take before it is reported as hanging.
 BOUND = 30.0
-#: The 中文 words of the worlds' labels and of a run's outcomes (shown, not compared).
-ZH = {"the product": "在产品上", "the status-only guard for A": "A 用只看状态的守卫时",
-      "passed": "通过", "failed": "失败", "timed out": "等待超时", "errored": "出错",
-      "hung": "挂住不动"}
+
+
+def _shown() -> dict[str, str]:
+    """The worlds' labels and a run's outcomes in the edition's words (shown, not compared)."""
+    return {"the product": say("ch26b.world.product", "the product"),
+            "the status-only guard for A": say("ch26b.world.guard", "the status-only guard for A"),
+            "passed": say("ch26b.outcome.passed", "passed"),
+            "failed": say("ch26b.outcome.failed", "failed"),
+            "timed out": say("ch26b.outcome.timed-out", "timed out"),
+            "errored": say("ch26b.outcome.errored", "errored"),
+            "hung": say("ch26b.outcome.hung", "hung")}
 
 
 @dataclass
@@ -245,13 +249,14 @@ class TestRun:
     held: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        line = say(f"{self.world}: {self.outcome}",
-                   f"{ZH.get(self.world, self.world)}：{ZH.get(self.outcome, self.outcome)}"
-                   ) + (f" — {self.detail}" if self.detail else "")
+        shown = _shown()
+        line = say("ch26b.run.line", "{world}: {outcome}",
+                   world=shown.get(self.world, self.world),
+                   outcome=shown.get(self.outcome, self.outcome))
+        line += f" — {self.detail}" if self.detail else ""
         if self.held:
-            held = ", ".join(self.held)
-            line += say(f"\n    and it left {held} held: release gates in finally",
-                        f"\n    而且它留下 {held} 仍被拦着：请在 finally 里放行关卡")
+            line += "\n    " + say("ch26b.run.held", "and it left {held} held: release gates in "
+                                   "finally", held=", ".join(self.held))
         return line
 
 
@@ -261,27 +266,23 @@ def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
     runs = (str(product), str(guard))
     facts = {"product": product, "guard": guard}
     if product.outcome != "passed":
-        return failed(say("on the product your test does not pass: a test must pass where the "
-                          "rule holds", "你的测试在产品上没有通过：规则成立的地方，测试必须通过"),
+        return failed(say("ch26b.product-your-test", "on the product your test does not pass: a "
+                          "test must pass where the rule holds"),
                       *runs, **facts)
     if guard.outcome == "passed":
-        return failed(say("your test passes on the status-only guard too: a test that cannot "
-                          "catch the bug is not a test",
-                          "你的测试在只看状态的守卫上也通过了：抓不住 bug 的测试不算测试"),
+        return failed(say("ch26b.your-test-passes", "your test passes on the status-only guard "
+                          "too: a test that cannot catch the bug is not a test"),
                       *runs, **facts)
     if guard.outcome != "failed":
-        return failed(say("on the guard your test did not fail by an assertion: it must catch "
-                          "the bug by what it asserts about the row, not by a wait that runs out",
-                          "在旧守卫上，你的测试不是因断言而失败的：它必须靠对那一行的断言抓住"
-                          " bug，而不是靠一次等待超时"), *runs, **facts)
+        return failed(say("ch26b.guard-your-test", "on the guard your test did not fail by an "
+                          "assertion: it must catch the bug by what it asserts about the row, not "
+                          "by a wait that runs out"), *runs, **facts)
     if product.held or guard.held:
-        return failed(say("your test left a gate held: release every gate in finally",
-                          "你的测试留下了一道仍在拦着的关卡：请在 finally 里放行每一道关卡"),
+        return failed(say("ch26b.your-test-left", "your test left a gate held: release every gate "
+                          "in finally"),
                       *runs, **facts)
-    return passed(say("your test is a test: it passes on the product and catches the "
-                      "status-only guard (P3, P5, P6)",
-                      "你的测试称得上是测试：它在产品上通过，也抓住了只看状态的守卫"
-                      "（P3、P5、P6）"), *runs, **facts)
+    return passed(say("ch26b.your-test-test", "your test is a test: it passes on the product and "
+                      "catches the status-only guard (P3, P5, P6)"), *runs, **facts)
 
 
 def _first_line(err: BaseException) -> str:
@@ -289,8 +290,8 @@ def _first_line(err: BaseException) -> str:
     text = (str(err).splitlines() or [""])[0]
     if not text:
         frames = traceback.extract_tb(err.__traceback__)
-        text = (say(f"at `{frames[-1].line}`", f"出错的是 `{frames[-1].line}`")
-                if frames and frames[-1].line else say("(no message)", "（没有消息）"))
+        text = (say("ch26b.error-at", "at `{line}`", line=frames[-1].line)
+                if frames and frames[-1].line else say("ch26b.no-message", "(no message)"))
     line = f"{type(err).__name__}: {text}"
     return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
 
@@ -319,8 +320,8 @@ async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: 
             await asyncio.wait_for(test_fn(lab), bound)
             run.outcome = "passed"
         except TimeoutError:
-            run.outcome, run.detail = "hung", say(f"still running after {bound:g} s",
-                                                  f"{bound:g} 秒后仍在运行")
+            run.outcome, run.detail = "hung", say("ch26b.still-running-after", "still running "
+                                                  "after {bound:g} s", bound=bound)
         except AssertionError as err:
             run.outcome = "timed out" if _is_a_wait(err) else "failed"
             run.detail = _first_line(err)
@@ -339,8 +340,8 @@ async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND
     the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
     checked for gates left held."""
     if not asyncio.iscoroutinefunction(test_fn):
-        return failed(say("pass the test function itself: an `async def` taking the lab",
-                          "请传入测试函数本身：一个以 lab 为参数的 `async def`"))
+        return failed(say("ch26b.pass-test-function", "pass the test function itself: an `async "
+                          "def` taking the lab"))
     settings = await _servers(settings)
     # The two worlds share nothing (own database, own prefix, own gates): run side by side.
     product, guard = await asyncio.gather(*(

@@ -1,7 +1,8 @@
 """Scene helpers of `26c-reminder-commit-gate.ipynb` (ch. 26 §5, and the book's §8 test
 3): a reminder whose first attempt meets a fault, and the judges of the two exercises —
 the last probe point inside the transaction, and the commit gate the learner writes
-(`gate_fence`, `judge_gate`: 旧实现末尾虽然按 E1 条件更新，但没有检查更新行数)."""
+(`gate_fence`, `judge_gate`: the old code still updated under E1's condition at its end,
+but never checked the row count)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from devkit.i18n import say
 from labs import tables
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import say
 from labs.lab import fresh_world
 from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
 from teamdesk.tasks.ledger import execute
@@ -64,17 +65,16 @@ async def judge_last_point(lab: Lab, point: Any, tried: dict[str, tuple]) -> boo
         try:
             tried[point] = await fault_at(lab, point)
         except Exception as err:  # a wrong point is a step of learning, not a crash
-            return say(f"that fault never struck inside a reminder ({type(err).__name__})",
-                       f"这个故障从未在提醒里发生（{type(err).__name__}）")
+            return say("ch26c.fault-never-struck", "that fault never struck inside a reminder "
+                       "({error_type})", error_type=type(err).__name__)
     before, between, after = tried[point]
     if point != LAST_POINT:
-        return say(f"not the last point inside the transaction (counts {before} → {between} → "
-                   f"{after})",
-                   f"不是事务之内的最后一个探测点（计数 {before} → {between} → {after}）")
+        return say("ch26c.not-last-point", "not the last point inside the transaction (counts "
+                   "{before} → {between} → {after})", before=before, between=between, after=after)
     return between == before and after == (before[0] + 1, before[1] + 1, before[2] + 1)
 
 
-# ---------------------------------------------------------------- the commit gate (练习)
+# ---------------------------------------------------------------- the commit gate (exercise)
 
 #: The learner's commit gate: called inside the reminder's transaction right after the
 #: completion UPDATE (fenced by the lease and RUNNING) with the number of rows it matched
@@ -118,33 +118,27 @@ class GateRuns:
                  "rolled_back": self.rolled_back, "final_status": self.final_status,
                  "final_effects": self.final_effects, "single": self.single}
         if not self.alone:
-            return failed(say("your gate stopped the lease holder itself: an executor alone "
-                              "could not complete its reminder",
-                              "你的提交门挡住了租约持有者本人：单独运行的执行者也完成不了它的提醒"),
+            return failed(say("ch26c.your-gate-stopped", "your gate stopped the lease holder "
+                              "itself: an executor alone could not complete its reminder"),
                           *self.notes, **facts)
         if not self.rolled_back:
-            return failed(say("after the recovery scan cleared G's lease, G's effects committed "
-                              "anyway (its completion matched 0 rows): the ledger says WAITING, "
-                              "the ticket says sent",
-                              "恢复扫描清空 G 的租约之后，G 的效果照样提交了（它的完成匹配 0 行）："
-                              "账本说 WAITING，工单却说已发送"), *self.notes, **facts)
+            return failed(say("ch26c.after-recovery-scan", "after the recovery scan cleared G's "
+                              "lease, G's effects committed anyway (its completion matched 0 "
+                              "rows): the ledger says WAITING, the ticket says sent"),
+                          *self.notes, **facts)
         if not self.returned.startswith("lease lost"):
-            return failed(say("G's writes rolled back, but not as a lost lease: the processor "
-                              f"took it for a failure of the task ({self.returned!r}); raise "
-                              "LeaseLost (P6)",
-                              "G 的写入回滚了，但不是作为失去租约：处理器把它当成了任务的失败"
-                              f"（{self.returned!r}）；请抛出 LeaseLost（P6）"),
+            return failed(say("ch26c.g-writes-rolled", "G's writes rolled back, but not as a lost "
+                              "lease: the processor took it for a failure of the task "
+                              "({returned!r}); raise LeaseLost (P6)", returned=self.returned),
                           *self.notes, **facts)
         if not self.single:
-            return failed(say("the redelivery did not end with exactly one of each effect",
-                              "重新投递结束时，每项效果并不是恰好一份"), *self.notes, **facts)
-        return passed(say("your gate holds: alone the reminder completes; after the recovery "
-                          "scan G's completion matched 0 rows, LeaseLost rolled all four writes "
-                          "back, and the redelivery gave the only notification, event and "
-                          "version bump (P10, P12)",
-                          "你的提交门成立：单独运行时提醒正常完成；恢复扫描之后，G 的完成匹配 0 "
-                          "行，LeaseLost 让四项写入全部回滚，重新投递给出了唯一的通知、事件和 "
-                          "version 递增（P10、P12）"), *self.notes, **facts)
+            return failed(say("ch26c.redelivery-did-not", "the redelivery did not end with "
+                              "exactly one of each effect"), *self.notes, **facts)
+        return passed(say("ch26c.your-gate-holds", "your gate holds: alone the reminder "
+                          "completes; after the recovery scan G's completion matched 0 rows, "
+                          "LeaseLost rolled all four writes back, and the redelivery gave the "
+                          "only notification, event and version bump (P10, P12)"),
+                      *self.notes, **facts)
 
 
 async def _ended(lab: Lab, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
@@ -177,10 +171,9 @@ async def _gate_alone(lab: Lab, verdict: GateRuns) -> None:
     after = await tables.reminder_effects(lab, ticket.id)
     verdict.alone = (row.status.value == "COMPLETED"
                      and after == (before[0] + 1, before[1] + 1, before[2] + 1))
-    verdict.notes.append(say(f"alone: {_said(end)} → "
-                             f"{row.status.value}, effects {before} → {after}",
-                             f"单独运行：{_said(end)} → {row.status.value}，"
-                             f"效果 {before} → {after}"))
+    verdict.notes.append(say("ch26c.gate.alone", "alone: {said} → {status}, effects {before} → "
+                             "{after}",
+                             said=_said(end), status=row.status.value, before=before, after=after))
 
 
 async def _gate_race(lab: Lab, verdict: GateRuns) -> None:
@@ -199,10 +192,10 @@ async def _gate_race(lab: Lab, verdict: GateRuns) -> None:
     after_a = await tables.reminder_effects(lab, ticket.id)
     verdict.rolled_back = after_a == before
     ledger = (await lab.task(task.id)).status.value
-    verdict.notes.append(say(f"recovery race: G returned {verdict.returned!r}, effects {before} → "
-                             f"{after_a}, ledger {ledger}",
-                             f"恢复扫描竞争：G 返回 {verdict.returned!r}，效果 {before} → "
-                             f"{after_a}，账本 {ledger}"))
+    verdict.notes.append(say("ch26c.gate.race", "recovery race: G returned {returned!r}, "
+                             "effects {before} → {during}, ledger {ledger}",
+                             returned=verdict.returned, before=before, during=after_a,
+                             ledger=ledger))
     since = time.monotonic()
     await lab.dispatch()  # D4: the job completed while the ledger is WAITING: added again
     end = await _ended(lab, job_id, since)
@@ -210,10 +203,10 @@ async def _gate_race(lab: Lab, verdict: GateRuns) -> None:
     verdict.final_effects = await tables.reminder_effects(lab, ticket.id)
     verdict.single = (verdict.final_status == "COMPLETED"
                       and verdict.final_effects == (before[0] + 1, before[1] + 1, before[2] + 1))
-    verdict.notes.append(say(f"redelivery: {_said(end)} → "
-                             f"{verdict.final_status}, effects {verdict.final_effects}",
-                             f"重新投递：{_said(end)} → "
-                             f"{verdict.final_status}，效果 {verdict.final_effects}"))
+    verdict.notes.append(say("ch26c.gate.redelivery", "redelivery: {said} → {status}, "
+                             "effects {effects}",
+                             said=_said(end), status=verdict.final_status,
+                             effects=verdict.final_effects))
 
 
 def _always_rolls_back(rows_matched: int, lease: Lease) -> None:
@@ -241,8 +234,8 @@ async def judge_gate(gate: Any, *, settings: Any = None) -> Verdict:
     backoff is short (`backoff_delay_ms=30`): a gate that lets the effects commit makes the
     redelivery use up its attempts."""
     if not callable(gate):
-        return failed(say("my_gate must be a function: def my_gate(rows_matched, lease): …",
-                          "my_gate 必须是一个函数：def my_gate(rows_matched, lease): …"))
+        return failed(say("ch26c.my-gate-must", "my_gate must be a function: def "
+                          "my_gate(rows_matched, lease): …"))
     runs = GateRuns()
     async with fresh_world("26c-gate-judge", runs.notes, settings=settings, tickets=40,
                            backoff_delay_ms=30) as lab:

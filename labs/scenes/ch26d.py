@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
 from labs import statements
 from labs.cases import CaseSpec
 from labs.counterexample_worker import legacy_failed_listener
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
+from labs.i18n import listing, say
 from labs.lab import fresh_world
 from labs.names import Names
 from labs.races import Takeover
@@ -41,12 +41,12 @@ def fields(row: dict[str, Any], columns: list[str], names: Names | None = None
         if v is None:
             return "NULL"
         if isinstance(v, datetime):
-            return say("(a time)", "（某个时间）")
+            return say("ch26d.time", "(a time)")
         if hasattr(v, "value"):
             return v.value
         if isinstance(v, str) and len(v) == 36 and v.count("-") == 4:
             named = names.lease_of(v) if names is not None else v
-            return named if named != v else say("(a lease)", "（某个租约）")
+            return named if named != v else say("ch26d.lease", "(a lease)")
         return v if not isinstance(v, str) or len(v) < 45 else v[:42] + "…"
     return {c: show(row[c]) for c in columns}
 
@@ -101,24 +101,22 @@ async def rounds_with(lab: Lab, fails: int, memo: dict[int, list[Round]]) -> lis
 def show_rounds(rounds: list[Round]) -> None:
     """Exercise C's table: each round's job, attemptsMade, ledger attempts and status,
     then the executions (claims) in all."""
-    print(say(f"{'job':<11}{'attemptsMade':<14}{'ledger attempts':<17}status",
-              f"{'job':<11}{'attemptsMade':<14}{'账本 attempts':<15}状态"))
+    print(say("ch26d.rounds.header", "job        attemptsMade  ledger attempts  status"))
     for jid, made, attempts, status in rounds:
         print(f"{jid:<11}{made:<14}{attempts:<17}{status}")
-    print(say("executions (claims) in all:", "全部执行（认领）次数："), sum(r[1] for r in rounds))
+    print(say("ch26d.rounds.claims", "executions (claims) in all:"), sum(r[1] for r in rounds))
 
 
-THIRD_HOLDS = say("the task needed three rounds and ran more than three times: attempts=3 is a "
-                  "per-run budget, and Retry grants a new one (I3, Q1, R2).",
-                  "任务需要三轮，运行了不止三次：attempts=3 是每一轮的预算，"
-                  "重试会给出一份新的预算（I3、Q1、R2）。")
+THIRD_HOLDS = say("ch26d.third.holds", "the task needed three rounds and ran more than "
+                  "three times: attempts=3 is a per-run budget, and Retry grants a new one (I3, "
+                  "Q1, R2).")
 
 
 def third_round(rounds: list[Round]) -> bool | str:
     """Exercise C's judge: the task completed in its third round (I3, Q1, R2)."""
     statuses = [r[3] for r in rounds]
     return statuses == ["FAILED", "FAILED", "COMPLETED"] or say(
-        f"the rounds ended {statuses}", f"各轮的结果是 {statuses}")
+        "ch26d.third.rounds", "the rounds ended {statuses}", statuses=statuses)
 
 
 # ---------------------------------------------------------------- the late failed callback
@@ -164,9 +162,8 @@ class LateCallback:
         self.writes.append(write)
         self.lab.history.add(actor="old callback", type="ok" if write["rows"] else "info",
                              op="failed callback", task_id=write["task_id"], run=write["run"],
-                             detail=say(f"FAILED by task_id + run, no lease: {write['rows']} row",
-                                        f"按 task_id + run 置为 FAILED，没有租约："
-                                        f"{write['rows']} 行"))
+                             detail=say("ch26d.callback.wrote", "FAILED by task_id + run, no "
+                                        "lease: {rows} row", rows=write["rows"]))
         self._landed.set()
 
     def _landed_own(self, done: dict[str, Any]) -> None:
@@ -289,7 +286,7 @@ async def _quiet(lab: Lab) -> None:
 
 
 async def _stage_fault_a(lab: Lab) -> str:
-    """故障 A, the takeover race (`labs.races.Takeover`): A (1 s lock, no renewal) freezes
+    """Fault A, the takeover race (`labs.races.Takeover`): A (1 s lock, no renewal) freezes
     after its read; B's stall check takes the job over and claims E2; A comes back, its
     progress write matches 0 rows (LeaseLost) and it returns quietly, without reporting
     100; B completes (P3, P6)."""
@@ -308,7 +305,7 @@ async def _stage_fault_a(lab: Lab) -> str:
 
 
 async def _stage_fault_b(lab: Lab) -> str:
-    """故障 B: the export's result UPDATE commits, then the last report to the queue,
+    """Fault B: the export's result UPDATE commits, then the last report to the queue,
     `update_progress(100)`, fails (a fault at `export.after_result`): the error path's
     RUNNING condition matches 0 rows, the processor keeps the result and returns (P9)."""
     await _quiet(lab)
@@ -351,7 +348,8 @@ CASES = {
         name="fault-a",
         answer=("my_cause_a", "my_rule_a"),
         solution=("solution_cause_a", "solution_rule_a"),
-        title="故障 A: the old executor returned, but never reported 100",
+        title="{book}: the old executor returned, but never reported 100",
+        book="Fault A",
         stage=_stage_fault_a,
         choices={
             "takeover": "a newer claim (E2) took the run over; the old executor's fenced "
@@ -366,24 +364,13 @@ CASES = {
         why="the lease decides who may write: E1's progress write matched nothing, so A "
             "raised LeaseLost and returned without failing the task or reporting 100 (P3, "
             "P6); B's run is the one that completed. Never write E1 back.",
-        zh={
-            "title": "故障 A：旧执行者返回，却没有报告 100",
-            "why": "租约决定谁可以写入：E1 的进度写入什么也没匹配到，于是 A 抛出 LeaseLost，"
-                   "既没有让任务失败，也没有报告 100 就返回了（P3、P6）；完成的是 B 的这一轮。"
-                   "绝不要把 E1 写回去。",
-            "choices": {
-                "takeover": "一个更新的认领（E2）接手了这一轮；旧执行者带租约条件的写入匹配 0 行，"
-                            "它安静地退出了",
-                "new-run-failed": "新的一轮失败了，旧执行者因此停下",
-                "redis-lost": "Redis 丢了进度汇报；导出必须重新运行",
-                "crashed": "旧执行者在导出中途崩溃了；把它的 E1 写回去，它就能做完",
-                "old-run": "这次投递属于更早的一轮，在第一道检查处就被跳过了",
-            }}),
+    ),
     "fault-b": CaseSpec(
         name="fault-b",
         answer=("my_cause_b", "my_rule_b"),
         solution=("solution_cause_b", "solution_rule_b"),
-        title="故障 B: the queue reported an error, yet the page says COMPLETED",
+        title="{book}: the queue reported an error, yet the page says COMPLETED",
+        book="Fault B",
         stage=_stage_fault_b,
         choices={
             "report-failed": "the result committed; only the last report of 100 to the queue "
@@ -398,19 +385,7 @@ CASES = {
         why="look at result_csv, the summary and the expiry: the completion UPDATE "
             "committed them (P5); the error after it met a COMPLETED row, so the error "
             "path matched 0 rows and returned (P9). The queue's progress is simply behind.",
-        zh={
-            "title": "故障 B：队列报错，页面却已完成",
-            "why": "看 result_csv、摘要和有效期：完成时的 UPDATE 已经把它们提交了（P5）；"
-                   "之后的错误遇到的是一行 COMPLETED，所以错误路径匹配 0 行并返回（P9）。"
-                   "队列的进度只是落后了而已。",
-            "choices": {
-                "report-failed": "结果已经提交；只有发给队列的最后一次 100 的汇报失败了，"
-                                 "处理器保留了结果",
-                "partial-csv": "保存了一份不完整的 CSV，却显示为已完成",
-                "overwritten": "一个更新的执行完成了，并覆盖了这一次的结果",
-                "needs-retry": "这一轮失败了；页面是过时的，任务需要重试",
-                "dispatcher": "投递器按队列的记录把它标记为 COMPLETED",
-            }}),
+    ),
     "running-long": CaseSpec(
         name="running-long",
         answer=("my_cause_c", "my_rule_c"),
@@ -432,19 +407,7 @@ CASES = {
             "queue's active says nothing about progress. Recovery is the dispatcher's: "
             "after 120 s without progress, and only in a scan that reaches it (D6, W3) — "
             "this one failed on another task first (D8).",
-        zh={
-            "title": "一个 RUNNING 远超锁时长的任务",
-            "why": "updated_at 已经十分钟没动，说明没有任何东西在推进它；队列的 active "
-                   "说明不了进度。恢复是投递器的事：超过 120 秒没有进展，而且只在一次走到"
-                   "恢复逻辑的扫描里发生（D6、W3）——这一次扫描先在另一个任务上失败了（D8）。",
-            "choices": {
-                "frozen-no-scan": "它的执行者死了或冻住了；只有超过两分钟阈值之后的一次成功的"
-                                  "投递器扫描才能把它带回来（还没有一次走到那一步）",
-                "slow-export": "一个慢但还活着的导出：它的进度让这一行保持新鲜",
-                "newer-lease": "一个更新的执行持有租约，仍在工作",
-                "listener-will-fail-it": "队列让 job 失败了；failed 监听器会把账本置为 FAILED",
-                "needs-retry": "现在只有手动重试能让它动起来",
-            }}),
+    ),
 }
 
 
@@ -452,37 +415,39 @@ CASES = {
 
 #: Exercise F's two scenes: when the late callback lands.
 CALLBACK_SCENES = ("after B's claim", "before any claim")
-#: The two scenes by their 中文 names (what a verdict prints in the 中文 edition).
-CALLBACK_SCENES_ZH = {"after B's claim": "B 认领之后", "before any claim": "任何人认领之前"}
+
+
+def _scenes_shown() -> dict[str, str]:
+    """The two scenes in the edition's words (what a verdict prints)."""
+    return {"after B's claim": say("ch26d.scene.after-claim", "after B's claim"),
+            "before any claim": say("ch26d.scene.before-claim", "before any claim")}
 
 
 def _callback_verdict(scenes: dict[str, tuple[str, str, str | None]], notes: list[str]
                       ) -> Verdict:
     """Exercise F's verdict from what the two scenes said: scene → (how the ledger ended,
     B's result, what the callback raised or None)."""
-    lines = []
+    lines, shown = [], _scenes_shown()
     for name, (status, result, raised) in scenes.items():
-        extra = say(f", your callback raised {raised}", f"，你的回调抛出了 {raised}"
-                    ) if raised else ""
-        lines.append(say(f"landed {name}: the ledger ends {status}, B said {result!r}{extra}",
-                         f"{CALLBACK_SCENES_ZH.get(name, name)}落地：账本最后是 {status}，"
-                         f"B 说 {result!r}{extra}"))
+        extra = (say("ch26d.callback.raised", ", your callback raised {raised}", raised=raised)
+                 if raised else "")
+        lines.append(say("ch26d.callback.landed", "landed {scene}: the ledger ends {status}, B "
+                         "said {result!r}{extra}", scene=shown.get(name, name), status=status,
+                         result=result, extra=extra))
     lines += notes
     facts = {"scenes": dict(scenes)}
     if any(raised for _, _, raised in scenes.values()):
-        return failed(say("your callback raised an error (below): a listener must not crash",
-                          "你的回调抛出了一个错误（见下）：监听器不能崩溃"), *lines, **facts)
+        return failed(say("ch26d.callback.crashed", "your callback raised an error "
+                          "(below): a listener must not crash"), *lines, **facts)
     broken = [name for name, (status, _, _) in scenes.items() if status != "COMPLETED"]
     if broken or len(scenes) != len(CALLBACK_SCENES):
-        return failed(say(f"your callback failed a newer execution's run: landing "
-                          f"{' and '.join(broken) or 'before the end'}",
-                          "你的回调让一个更新的执行的这一轮失败了（回调落地于："
-                          f"{'、'.join(CALLBACK_SCENES_ZH.get(b, b) for b in broken)}"
-                          f"{'' if broken else '结束之前'}）"),
+        where = (listing([shown.get(b, b) for b in broken], conjunction=True)
+                 or say("ch26d.callback.before-end", "before the end"))
+        return failed(say("ch26d.callback.broke", "your callback failed a newer execution's "
+                          "run: landing {where}", where=where),
                       *lines, **facts)
-    return passed(say("your callback never failed a newer execution: in both scenes B's run "
-                      "completed (W2, W3)",
-                      "你的回调从没让一个更新的执行失败：两个场景里 B 的这一轮都完成了（W2、W3）"),
+    return passed(say("ch26d.callback.passed", "your callback never failed a newer execution: "
+                      "in both scenes B's run completed (W2, W3)"),
                   *lines, **facts)
 
 
@@ -518,9 +483,7 @@ async def judge_callback(body: Any, *, settings: Any = None) -> Verdict:
     import inspect
 
     if not inspect.iscoroutinefunction(body):
-        return failed(say("my_on_failed must be an async function: "
-                          "async def my_on_failed(conn, event): …",
-                          "my_on_failed 必须是一个异步函数："
+        return failed(say("ch26d.callback.not-async", "my_on_failed must be an async function: "
                           "async def my_on_failed(conn, event): …"))
     scenes: dict[str, tuple[str, str, str | None]] = {}
     notes: list[str] = []

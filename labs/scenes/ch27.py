@@ -4,8 +4,8 @@
 reads from pytest's `--setup-show` lines which isolation each test relied on.
 `BOOK_TEST_MAP` maps the book's nine tests of ch. 26 §7–§8 to the notebook sections that
 stage them and our pytest tests (`map_markdown`, in the notebook and the course map).
-练习 A has the learner write the isolation fixture, judged by `judge_isolation`: three
-real tests side by side, then the databases and keys left behind counted; 练习 B asks for
+Exercise A has the learner write the isolation fixture, judged by `judge_isolation`: three
+real tests side by side, then the databases and keys left behind counted; Exercise B asks for
 the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
 subprocess plumbing nor the judges are what the chapter is about, so they live here.
 """
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from devkit.i18n import say
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.i18n import listing, say
 from labs.statements import LAB_QUERIES
 
 if TYPE_CHECKING:
@@ -35,10 +35,17 @@ if TYPE_CHECKING:
 #: A fixture a test asked for → the isolation it gives (tests/conftest.py).
 ISOLATION = {"database_url": "own clone", "settings": "own prefix",
              "gates": "own gates", "redis": "own Redis keys", "queue": "own queue"}
-#: The same labels in the 中文 edition (`BookRun.report`).
-ISOLATION_ZH = {"own clone": "自己的克隆", "own prefix": "自己的前缀", "own gates": "自己的关卡",
-                "own Redis keys": "自己的 Redis 键", "own queue": "自己的队列",
-                "own prefix (no Redis used)": "自己的前缀（没有用到 Redis）"}
+
+
+def _isolation_shown() -> dict[str, str]:
+    """The same labels in the edition's words (`BookRun.report`)."""
+    return {"own clone": say("ch27.isolation.clone", "own clone"),
+            "own prefix": say("ch27.isolation.prefix", "own prefix"),
+            "own gates": say("ch27.isolation.gates", "own gates"),
+            "own Redis keys": say("ch27.isolation.redis", "own Redis keys"),
+            "own queue": say("ch27.isolation.queue", "own queue"),
+            "own prefix (no Redis used)": say("ch27.isolation.prefix-only",
+                                              "own prefix (no Redis used)")}
 
 
 def task_count(lab: Lab) -> int:
@@ -79,14 +86,13 @@ class BookRun:
 
     def report(self) -> str:
         """One line per book test: passed or not, and what it relied on; then the total."""
-        out = []
+        out, shown = [], _isolation_shown()
         for book, test in self.tests.items():
             line = self.used.get(test, "")
-            status = line.rsplit(" ", 1)[-1] or say("NOT RUN", "没有运行")
-            relied = self.relied_on(test)
-            out.append(say(f"{book}: {status} | relied on: {', '.join(relied)}",
-                           f"{book}: {status} | 依赖："
-                           f"{'、'.join(ISOLATION_ZH.get(r, r) for r in relied)}"))
+            status = line.rsplit(" ", 1)[-1] or say("ch27.report.not-run", "NOT RUN")
+            relied = listing(shown.get(r, r) for r in self.relied_on(test))
+            out.append(say("ch27.report.line", "{book}: {status} | relied on: {relied}",
+                           book=book, status=status, relied=relied))
         return "\n".join([*out, self.summary_line])
 
     @property
@@ -126,14 +132,14 @@ async def key_pattern_judge(lab: Lab, pattern: str | None) -> Callable[[Any], bo
 
     def exact(_pattern: Any) -> bool | str:
         if found - mine:
-            return say("it also matches keys of other worlds (another notebook, a test run)",
-                       "它还匹配到了别的世界的键（另一个笔记本、一次测试运行）")
-        return (bool(mine) and found == mine) or say("it misses some of this world's keys",
-                                                     "它漏掉了这个世界的一些键")
+            return say("ch27.pattern.other-worlds", "it also matches keys of other worlds (another "
+                       "notebook, a test run)")
+        return (bool(mine) and found == mine) or say("ch27.pattern.misses", "it misses some of "
+                                                     "this world's keys")
     return exact
 
 
-# ------------------------------------------------------------------ 练习 A: the fixture
+# ------------------------------------------------------------------ Exercise A: the fixture
 
 #: The judge's three tests, run side by side with the learner's fixture: how many exports
 #: each writes (different numbers, so a test that sees another's rows or jobs counts more
@@ -150,11 +156,10 @@ def _isolation_verdict(seen: dict[str, tuple[int, int]], leaks: list[str]) -> Ve
     """What three tests run side by side with a learner's fixture saw (test name → tasks
     in its ledger, waiting jobs in its queue) and each leak found, one line each."""
     if not leaks:
-        return passed(say("your fixture isolates: each test saw only its own rows and jobs, "
-                          "and nothing was left behind — not even by the test that failed",
-                          "你的夹具做到了隔离：每个测试只看到自己的行和 job，"
-                          "什么也没留下——连失败的那个测试也没有"), seen=seen, leaks=leaks)
-    return failed(say("your fixture leaks:", "你的夹具有泄漏："), *leaks, seen=seen, leaks=leaks)
+        return passed(say("ch27.fixture.isolates", "your fixture isolates: each test saw "
+                          "only its own rows and jobs, and nothing was left behind — not even by "
+                          "the test that failed"), seen=seen, leaks=leaks)
+    return failed(say("ch27.fixture.leaks", "your fixture leaks:"), *leaks, seen=seen, leaks=leaks)
 
 
 def _db_name(url: str) -> str:
@@ -210,18 +215,18 @@ def _left_behind(what: str, names: list[str], counts: dict[str, int] | None = No
     every test's (no clean-up at all) or only the failing one's (not in `finally`)."""
     if not names:
         return []
-    amount = f"{max(counts[n] for n in names)} " if counts else "the "
-    whose = f"test{'s' if len(names) > 1 else ''} {', '.join(names)}"
-    zh_amount = f" {max(counts[n] for n in names)} 个 " if counts else ""
-    zh_what = {"database(s)": "数据库", "Redis keys": "Redis 键"}.get(what, what)
-    zh = f"测试 {'、'.join(names)} 的{zh_amount}{zh_what}"
+    what = {"database(s)": say("ch27.left.databases", "database(s)"),
+            "Redis keys": say("ch27.left.keys", "Redis keys")}.get(what, what)
+    whose = (say("ch27.left.tests", "tests {tests}", tests=listing(names)) if len(names) > 1
+             else say("ch27.left.test", "test {tests}", tests=listing(names)))
+    things = (say("ch27.left.counted", "{count} {what} of {whose}",
+                  count=max(counts[n] for n in names), what=what, whose=whose) if counts
+              else say("ch27.left.all", "the {what} of {whose}", what=what, whose=whose))
     if all(ISOLATION_TESTS[n][1] for n in names):
-        return [say(f"left behind: {amount}{what} of {whose} — the test failed and its "
-                    "clean-up never ran: put the clean-up in `finally`",
-                    f"留下了：{zh}——测试失败了，它的清理从没运行："
-                    "把清理放进 `finally`")]
-    return [say(f"left behind: {amount}{what} of {whose} — no clean-up removed them",
-                f"留下了：{zh}——没有任何清理删除它们")]
+        return [say("ch27.left.not-in-finally", "left behind: {things} — the test failed and "
+                    "its clean-up never ran: put the clean-up in `finally`", things=things)]
+    return [say("ch27.left.no-clean-up", "left behind: {things} — no clean-up removed them",
+                things=things)]
 
 
 def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> list[str]:
@@ -231,20 +236,18 @@ def _what_they_saw(seen: dict[str, tuple[int, int]], ours: dict[str, Any]) -> li
     for name, (rows, jobs) in seen.items():
         made = ISOLATION_TESTS[name][0]
         if rows != made:
-            leaks.append(say(f"rows: test {name} saw {rows} tasks in its database, it wrote "
-                             f"{made} — the tests share a database",
-                             f"行：测试 {name} 在它的数据库里看到 {rows} 个任务，它写了 "
-                             f"{made} 个——这些测试共用一个数据库"))
+            leaks.append(say("ch27.saw.shared-database", "rows: test {name} saw {rows} tasks in "
+                             "its database, it wrote {made} — the tests share a database",
+                             name=name, rows=rows, made=made))
         if jobs != made and prefixes.count(ours[name].queue_prefix) > 1:
-            leaks.append(say(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
-                             f"— the tests share the queue prefix {ours[name].queue_prefix!r}",
-                             f"job：测试 {name} 在它的队列里看到 {jobs} 个 job，它加入了 {made} "
-                             f"个——这些测试共用队列前缀 {ours[name].queue_prefix!r}"))
+            leaks.append(say("ch27.saw.shared-prefix", "jobs: test {name} saw {jobs} jobs in its "
+                             "queue, it added {made} — the tests share the queue prefix "
+                             "{prefix!r}", name=name, jobs=jobs, made=made,
+                             prefix=ours[name].queue_prefix))
         elif jobs != made:
-            leaks.append(say(f"jobs: test {name} saw {jobs} jobs in its queue, it added {made} "
-                             "— its dispatcher found the other tests' rows in the shared database",
-                             f"job：测试 {name} 在它的队列里看到 {jobs} 个 job，它加入了 {made} "
-                             "个——它的投递器在共用的数据库里找到了别的测试的行"))
+            leaks.append(say("ch27.saw.others-rows", "jobs: test {name} saw {jobs} jobs in its "
+                             "queue, it added {made} — its dispatcher found the other tests' rows "
+                             "in the shared database", name=name, jobs=jobs, made=made))
     return leaks
 
 
@@ -320,8 +323,9 @@ async def judge_isolation(fixture: Any, *, base: Any, timeout: float = 60) -> Ve
             seen[name] = outcome
         elif not (fails and isinstance(outcome, FailedOnPurpose)) and not isinstance(
                 outcome, asyncio.BrokenBarrierError):
-            leaks.append(say(f"test {name} could not run: ", f"测试 {name} 无法运行：")
-                         + f"{type(outcome).__name__}: {outcome}")
+            leaks.append(say("ch27.isolation.could-not-run", "test {name} could not run: "
+                             "{error_type}: {error}", name=name,
+                             error_type=type(outcome).__name__, error=outcome))
     ours = {name: s for name, s in yielded.items() if hasattr(s, "database_url")}
     prefixes = [s.queue_prefix for s in ours.values()]
     leaks += _what_they_saw(seen, ours)
@@ -371,60 +375,101 @@ _REAL = "tests/integration/test_worker_real.py::"
 _RECOVERY = "tests/integration/test_worker_recovery.py::"
 _RACES = "tests/integration/test_processor_races.py::"
 
-BOOK_TEST_MAP: tuple[BookTest, ...] = (
-    BookTest("§7 1 · 导出", "导出 stalled 接手：A 读取后暂停，B 收到真实 stalled 认领 E2",
-             "export stalled takeover: A's late write matches 0 rows, the row stays E2's",
-             (("26b", "§4.1", "§4.5"),),
-             (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[export]",
-              f"{_RACES}test_export_takeover_old_executor_cannot_overwrite[export.after_read]")),
-    BookTest("§7 1 · 提醒", "提醒 stalled 接手：通知 1 条、系统事件 1 条、version 恰好加 1",
-             "reminder stalled takeover: one notification, one event, version + 1",
-             (("26c", "§5.2", "§5.5"),),
-             (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[reminder]",)),
-    BookTest("§7 2", "旧 failed 回调迟到：记录丢失、两轮扫描补投，账本必须保持 E2",
-             "the late old `failed` callback: lost record, two scans re-add, E2 stays",
-             (("26d", "为什么 failed 回调现在只记日志"), ("90", "3. 反例")),
-             (f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution[contract]",
-              f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution"
-              "[legacy-counterexample]")),
-    BookTest("§7 3", "正常临时失败重试：30ms 退避，attemptsMade 均为 2",
-             "a transient failure retried after a short backoff: attemptsMade 2 in both",
-             (("26a", "临时错误"),),
-             (f"{_REAL}test_transient_error_retries_same_run_with_short_backoff",)),
-    BookTest("§7 4", "永久拒绝：无效筛选立即 FAILED，attemptsMade=1、exhausted=true",
-             "permanent rejection: FAILED at once, one attempt, exhausted",
-             (("26a", "永久拒绝"),),
-             (f"{_REAL}test_permanent_rejection_fails_at_once",)),
-    BookTest("§7 5", "stalled 超过上限：第一轮扫描 WAITING，第二轮 FAILED",
-             "stalled over the limit: scan 1 → WAITING, scan 2 → FAILED",
-             (("26d", "§7.1", "§7.2"),),
-             (f"{_RECOVERY}test_stalled_over_the_limit_then_two_scans",)),
-    BookTest("§7 (ch. 30)", "第 30 章另有真实子进程的心跳、SIGTERM 排空与超时退出恢复测试",
-             "ch. 30's real subprocesses: heartbeat, SIGTERM drain, drain timeout, takeover",
-             (("30", "1.", "4."), ("30", "练习 A：排空的期限")),
-             ("tests/integration/test_worker_process.py::"
-              "test_heartbeat_while_running_gone_after_clean_stop",
-              "tests/integration/test_worker_process.py::"
-              "test_sigterm_during_export_drains_and_completes",
-              "tests/integration/test_worker_process.py::"
-              "test_abandoned_export_is_finished_by_another_process[drain-timeout]",
-              "tests/integration/test_worker_process.py::"
-              "test_abandoned_export_is_finished_by_another_process[kill-9]")),
-    BookTest("§8 1", "新执行者认领：放行 A 后通知 0、事件 0、version 未变",
-             "a new executor claims: A's release commits nothing, B's exactly one",
-             (("26c", "§5.2", "§5.6"),),
-             (f"{_RACES}test_reminder_takeover_old_executor_commits_nothing",)),
-    BookTest("§8 2", "恢复扫描清除租约：A 返回后仍为 WAITING，无副作用",
-             "a recovery scan clears the lease: A returns to WAITING, no side effect",
-             (("26c", "§5 若恢复扫描先清空租约"),),
-             (f"{_RACES}test_recovery_scan_clears_lease_old_executor_rolls_back",)),
-    BookTest("§8 3", "事件写入后故障：全回滚，第二次执行才得到唯一结果，attempts=2",
-             "a fault after the event INSERT: all rolled back, one result, attempts 2",
-             (("26c", "§5.8"),),
-             (f"{_RACES}test_failure_after_event_insert_rolls_back_all_four",
-              "tests/labs/test_scenes_ch26c.py::"
-              "test_a_fault_anywhere_inside_the_transaction_rolls_back_and_only_the_last_point_wins")),
-)
+def book_test_map() -> tuple[BookTest, ...]:
+    """The book's nine tests (`BOOK_TEST_MAP`). The book's own words are quoted in Chinese
+    in both editions, so they are read from the harness catalogue with `lang="zh"`, each
+    under an English gloss; built on first use, since that reads the catalogue."""
+    export, reminder = (say("ch27.book.export", "export", lang="zh"),
+                        say("ch27.book.reminder", "reminder", lang="zh"))
+    return (
+        BookTest(f"§7 1 · {export}",
+                 say("ch27.book.7-1-export", "export stalled takeover: A pauses after "
+                     "reading, B gets a real stalled claim E2", lang="zh"),
+                 "export stalled takeover: A's late write matches 0 rows, the row stays E2's",
+                 (("26b", "§4.1", "§4.5"),),
+                 (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[export]",
+                  f"{_RACES}test_export_takeover_old_executor_cannot_overwrite"
+                  "[export.after_read]")),
+        BookTest(f"§7 1 · {reminder}",
+                 say("ch27.book.7-1-reminder", "reminder stalled takeover: 1 notification, 1 "
+                     "system event, version up by exactly 1", lang="zh"),
+                 "reminder stalled takeover: one notification, one event, version + 1",
+                 (("26c", "§5.2", "§5.5"),),
+                 (f"{_REAL}test_stalled_takeover_late_executor_changes_nothing[reminder]",)),
+        BookTest("§7 2",
+                 say("ch27.book.7-2", "the old failed callback comes late: record lost, two "
+                     "scans re-add, the ledger must stay E2", lang="zh"),
+                 "the late old `failed` callback: lost record, two scans re-add, E2 stays",
+                 (("26d", say("ch27.section.26d-callback", "why the failed callback now only "
+                              "logs", lang="zh")),
+                  ("90", say("ch27.section.90-counterexample", "3. counterexample", lang="zh"))),
+                 (f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution"
+                  "[contract]",
+                  f"{_RECOVERY}test_late_failed_callback_cannot_fail_the_new_execution"
+                  "[legacy-counterexample]")),
+        BookTest("§7 3",
+                 say("ch27.book.7-3", "an ordinary transient failure retried: 30ms backoff, "
+                     "attemptsMade 2 in both", lang="zh"),
+                 "a transient failure retried after a short backoff: attemptsMade 2 in both",
+                 (("26a", say("ch27.section.26a-transient", "transient error", lang="zh")),),
+                 (f"{_REAL}test_transient_error_retries_same_run_with_short_backoff",)),
+        BookTest("§7 4",
+                 say("ch27.book.7-4", "permanent rejection: invalid filters FAILED at once, "
+                     "attemptsMade=1, exhausted=true", lang="zh"),
+                 "permanent rejection: FAILED at once, one attempt, exhausted",
+                 (("26a", say("ch27.section.26a-permanent", "permanent rejection", lang="zh")),),
+                 (f"{_REAL}test_permanent_rejection_fails_at_once",)),
+        BookTest("§7 5",
+                 say("ch27.book.7-5", "stalled over the limit: first scan WAITING, second "
+                     "FAILED", lang="zh"),
+                 "stalled over the limit: scan 1 → WAITING, scan 2 → FAILED",
+                 (("26d", "§7.1", "§7.2"),),
+                 (f"{_RECOVERY}test_stalled_over_the_limit_then_two_scans",)),
+        BookTest("§7 (ch. 30)",
+                 say("ch27.book.ch30", "ch. 30 has its own real-subprocess tests of the "
+                     "heartbeat, the SIGTERM drain and the recovery after a timeout exit",
+                     lang="zh"),
+                 "ch. 30's real subprocesses: heartbeat, SIGTERM drain, drain timeout, takeover",
+                 (("30", "1.", "4."),
+                  ("30", say("ch27.section.30-exercise-a", "exercise A: the drain's deadline",
+                             lang="zh"))),
+                 ("tests/integration/test_worker_process.py::"
+                  "test_heartbeat_while_running_gone_after_clean_stop",
+                  "tests/integration/test_worker_process.py::"
+                  "test_sigterm_during_export_drains_and_completes",
+                  "tests/integration/test_worker_process.py::"
+                  "test_abandoned_export_is_finished_by_another_process[drain-timeout]",
+                  "tests/integration/test_worker_process.py::"
+                  "test_abandoned_export_is_finished_by_another_process[kill-9]")),
+        BookTest("§8 1",
+                 say("ch27.book.8-1", "a new executor claims: after A is released, 0 "
+                     "notifications, 0 events, version unchanged", lang="zh"),
+                 "a new executor claims: A's release commits nothing, B's exactly one",
+                 (("26c", "§5.2", "§5.6"),),
+                 (f"{_RACES}test_reminder_takeover_old_executor_commits_nothing",)),
+        BookTest("§8 2",
+                 say("ch27.book.8-2", "a recovery scan clears the lease: still WAITING after A "
+                     "returns, no side effect", lang="zh"),
+                 "a recovery scan clears the lease: A returns to WAITING, no side effect",
+                 (("26c", say("ch27.section.26c-recovery", "§5 if a recovery scan clears the "
+                              "lease first", lang="zh")),),
+                 (f"{_RACES}test_recovery_scan_clears_lease_old_executor_rolls_back",)),
+        BookTest("§8 3",
+                 say("ch27.book.8-3", "a fault after the event write: all rolled back, only "
+                     "the second execution gets the one result, attempts=2", lang="zh"),
+                 "a fault after the event INSERT: all rolled back, one result, attempts 2",
+                 (("26c", "§5.8"),),
+                 (f"{_RACES}test_failure_after_event_insert_rolls_back_all_four",
+                  "tests/labs/test_scenes_ch26c.py::"
+                  "test_a_fault_anywhere_inside_the_transaction_rolls_back_and_only_the_last"
+                  "_point_wins")),
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BOOK_TEST_MAP":  # read on first use: `book_test_map`
+        return book_test_map()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _staged(where: tuple[str, ...]) -> str:
@@ -440,9 +485,10 @@ def map_markdown() -> str:
     """`BOOK_TEST_MAP` as a markdown table: the same text in notebook 27 and in
     `docs/teaching/course-map.md` (a test checks both, and that every cited test and
     section exists)."""
-    rows = ["| book | 书中的测试 · the book's test | staged in | our pytest test(s) |",
+    book_test = say("ch27.map.book-test", "the book's test", lang="zh")
+    rows = [f"| book | {book_test} · the book's test | staged in | our pytest test(s) |",
             "|---|---|---|---|"]
-    for t in BOOK_TEST_MAP:
+    for t in book_test_map():
         tests = "<br>".join(f"`{name}`" for name in t.tests) or "not covered"
         rows.append(f"| {t.book} | {t.name} · *{t.english}* | "
                     f"{'; '.join(_staged(w) for w in t.staged)} | {tests} |")

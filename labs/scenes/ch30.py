@@ -16,7 +16,7 @@ What the notebook sees of each process is also written to `Processes.timeline`, 
 code — the swimlane of the processes' lifetimes (`timeline.plot()`), the book's timeline
 of a takeover across processes.
 
-练习 B has the learner write the process's drain (`teamdesk.tasks.runner.Drain`, W4);
+Exercise B has the learner write the process's drain (`teamdesk.tasks.runner.Drain`, W4);
 `judge_drain` runs it in two real processes (`labs.drain_worker`, the product's seam) and
 names what broke.
 """
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devkit.i18n import say
 from labs import statements
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
+from labs.i18n import say
 from labs.procs import WorkerProc
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
 from teamdesk.testing import wait_until
@@ -216,7 +216,7 @@ async def completed(lab: Lab, task_id: str) -> Any:
     return row if row.status == "COMPLETED" else None
 
 
-# ------------------------------------------------------------------ 练习 B: the drain
+# ------------------------------------------------------------------ Exercise B: the drain
 
 #: The judge's two runs of a learner's drain, each a real worker process in a world of its
 #: own, SIGTERM arriving while an export is held mid-flight: "released" lets the export go
@@ -245,14 +245,11 @@ def _drain_verdict(runs: dict[str, DrainRun], problems: list[str]) -> Verdict:
     """The verdict of the two runs: the problems found (none: the drain keeps W4)."""
     codes = ", ".join(f"{name}: exit {run.code}" for name, run in runs.items())
     if not problems:
-        return passed(say(f"your drain keeps W4 ({codes}): no new job after SIGTERM, the "
-                          "running export finished and its lease went, and past the deadline "
-                          "the process said so with exit 3",
-                          f"你的排空遵守了 W4（{codes}）：SIGTERM 之后没有再取新 job，"
-                          "正在运行的导出做完了，它的租约也随之清除；超过时限时，进程以退出码 3 "
-                          "说明了这一点"),
+        return passed(say("ch30.your-drain-keeps", "your drain keeps W4 ({codes}): no new job "
+                          "after SIGTERM, the running export finished and its lease went, and "
+                          "past the deadline the process said so with exit 3", codes=codes),
                       runs=runs, problems=problems)
-    return failed(say(f"your drain breaks W4 ({codes}):", f"你的排空违反了 W4（{codes}）："),
+    return failed(say("ch30.your-drain-breaks", "your drain breaks W4 ({codes}):", codes=codes),
                   *problems, runs=runs, problems=problems)
 
 
@@ -301,8 +298,8 @@ async def _one_drain_run(base: Any, timings: dict[str, str], drain_file: Path,
 
         async def reached() -> bool:
             if not proc.alive:  # e.g. the drain's file does not load
-                raise RuntimeError(say(f"the process exited before its first job:\n{proc.tail(8)}",
-                                       f"进程在接到第一个 job 之前就退出了：\n{proc.tail(8)}"))
+                raise RuntimeError(say("ch30.process-exited-before", "the process exited before "
+                                       "its first job:\n{tail}", tail=proc.tail(8)))
             return await asyncio.to_thread((hold / "reached").exists)
 
         await wait_until(reached, 30, "the judged process to reach its hold",
@@ -346,37 +343,35 @@ async def world_redis_exists(world: Any, key: str) -> bool:
 def _problems(name: str, run: DrainRun) -> list[str]:
     """What `run` shows against W4, in the learner's terms."""
     if run.code is None:
-        return [say(f"{name}: the process did not exit within {run.drain_timeout_s + 15:g} s of "
-                    "SIGTERM (killed): a drain must end within its bound",
-                    f"{name}：进程在 SIGTERM 之后 {run.drain_timeout_s + 15:g} 秒内没有退出"
-                    "（已被杀掉）：排空必须在时限内结束")]
+        return [say("ch30.process-did-not", "{name}: the process did not exit within {bound:g} s "
+                    "of SIGTERM (killed): a drain must end within its bound",
+                    name=name, bound=run.drain_timeout_s + 15)]
     out = []
     if run.heartbeat_left:
-        out.append(say(f"{name}: the heartbeat key was still in Redis after the process exited: "
-                       "it still looked alive to a supervisor",
-                       f"{name}：进程退出后心跳键仍留在 Redis 里：在守护进程看来它还活着"))
+        out.append(say("ch30.drain.heartbeat-left", "{name}: the heartbeat key was still in "
+                       "Redis after the process exited: it still looked alive to a supervisor",
+                       name=name))
     if run.released:
         status, lease = run.held
         if run.waiting != ("WAITING", 0):
-            out.append(say(f"{name}: a new job was taken after SIGTERM (the waiting export is "
-                           f"{run.waiting[0]}, attempts {run.waiting[1]})",
-                           f"{name}：SIGTERM 之后又取了一个新 job（等待中的那个导出现在是 "
-                           f"{run.waiting[0]}，尝试次数 {run.waiting[1]}）"))
+            out.append(say("ch30.new-job-taken", "{name}: a new job was taken after SIGTERM (the "
+                           "waiting export is {status}, attempts {attempts})",
+                           name=name, status=run.waiting[0], attempts=run.waiting[1]))
         if status != "COMPLETED":
-            out.append(say(f"{name}: the running export was left {status}"
-                           f"{' under the process’s lease' if lease else ''}: it was not "
-                           "allowed to finish",
-                           f"{name}：正在运行的导出被撂在 {status}"
-                           f"{'，租约仍是这个进程的' if lease else ''}：它没能做完"))
+            out.append(say("ch30.drain.left-leased", "{name}: the running export was left "
+                           "{status} under the process’s lease: it was not allowed to finish",
+                           name=name, status=status) if lease
+                       else say("ch30.drain.left", "{name}: the running export was left "
+                                "{status}: it was not allowed to finish", name=name,
+                                status=status))
         if run.code != 0:
-            out.append(say(f"{name}: exit {run.code} after a clean drain (expected 0)",
-                           f"{name}：干净地排空之后却以 {run.code} 退出（应为 0）"))
+            out.append(say("ch30.exit-after-clean", "{name}: exit {code} after a clean drain "
+                           "(expected 0)", name=name, code=run.code))
     elif run.code != EXIT_DRAIN_TIMEOUT:
-        out.append(say(f"{name}: exit {run.code} after abandoning the running job past the "
-                       f"drain timeout — the supervisor must be told (EXIT_DRAIN_TIMEOUT = "
-                       f"{EXIT_DRAIN_TIMEOUT})",
-                       f"{name}：超过排空时限撂下了正在运行的 job，却以 {run.code} 退出——"
-                       f"必须告诉守护进程（EXIT_DRAIN_TIMEOUT = {EXIT_DRAIN_TIMEOUT}）"))
+        out.append(say("ch30.exit-after-abandoning", "{name}: exit {code} after abandoning the "
+                       "running job past the drain timeout — the supervisor must be told "
+                       "(EXIT_DRAIN_TIMEOUT = {expected})",
+                       name=name, code=run.code, expected=EXIT_DRAIN_TIMEOUT))
     return out
 
 
@@ -417,14 +412,13 @@ async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Verd
             _one_drain_run(base, timings, path, folders[name], released, timeout)
             for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
     except SyntaxError as err:
-        return failed(say(f"your drain is not Python yet: {err}",
-                          f"你的排空还不是合法的 Python：{err}"))
+        return failed(say("ch30.your-drain-not", "your drain is not Python yet: {err}", err=err))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for run in runs:
         if isinstance(run, BaseException):
-            return failed(say(f"the judge could not run your drain: {type(run).__name__}: {run}",
-                              f"评判程序没能运行你的排空：{type(run).__name__}：{run}"))
+            return failed(say("ch30.judge-could-not", "the judge could not run your drain: "
+                              "{error_type}: {error}", error_type=type(run).__name__, error=run))
     by_name: dict[str, DrainRun] = dict(zip(DRAIN_RUNS, runs, strict=True))  # type: ignore[arg-type]
     problems = [p for name, run in by_name.items() for p in _problems(name, run)]
     return _drain_verdict(by_name, problems)

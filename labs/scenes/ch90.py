@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import psutil
 
-from devkit.i18n import say
 from labs.cases import CaseSpec
 from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant, run_chaos
+from labs.i18n import say
 from labs.lab import STUCK, WATCHFUL
 
 if TYPE_CHECKING:
@@ -66,36 +66,32 @@ def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> boo
     wrote over a newer lease — the ones the checker's own invariant names. True, or why
     not (for `learn.check`)."""
     if not callable(fn):
-        return say("write a function my_invariant(rows, history) that returns a set of task ids",
-                   "写一个函数 my_invariant(rows, history)，返回一个任务 id 的集合")
+        return say("ch90.invariant.not-a-function", "write a function my_invariant(rows, history) "
+                   "that returns a set of task ids")
     want = clobbered_ids(cx)
     if not want:
-        return say("the counterexample run clobbered nothing this time: run its cell again",
-                   "这一次反例演练什么也没有覆盖：再运行一次它的单元格")
+        return say("ch90.invariant.nothing-clobbered", "the counterexample run clobbered nothing "
+                   "this time: run its cell again")
     try:
         on_clean = set(fn(dict(clean.rows), list(clean.history)) or ())
         on_cx = set(fn(dict(cx.rows), list(cx.history)) or ())
     except Exception as err:  # the learner's code: its error is a step of learning
-        return say(f"your function raised {type(err).__name__}: {err}",
-                   f"你的函数抛出了 {type(err).__name__}：{err}")
+        return say("ch90.invariant.raised", "your function raised {error_type}: {err}",
+                   error_type=type(err).__name__, err=err)
     if on_clean:
-        return say(f"on the product's run it names {len(on_clean)} task(s), e.g. "
-                   f"{sorted(on_clean)[0]}, but the lease held there: a task claimed twice "
-                   "(a takeover) is not a clobber",
-                   f"在产品的演练上它指认了 {len(on_clean)} 个任务，例如 "
-                   f"{sorted(on_clean)[0]}，可那里租约守住了：一个任务被认领两次"
-                   "（一次接手）并不算覆盖")
+        return say("ch90.invariant.names-clean", "on the product's run it names {count} task(s), "
+                   "e.g. {example}, but the lease held there: a task claimed twice (a takeover) "
+                   "is not a clobber", count=len(on_clean), example=sorted(on_clean)[0])
     if on_cx != want:
         missed, extra = sorted(want - on_cx), sorted(on_cx - want)
-        return say(f"on the counterexample's run it names {sorted(on_cx) or 'nothing'}; the "
-                   f"clobbered task(s) are {sorted(want)}"
-                   + (f" (missed {missed})" if missed else "")
-                   + (f" (not clobbered: {extra})" if extra else ""),
-                   f"在反例的演练上它{f'指认了 {sorted(on_cx)}' if on_cx else '什么也没指认'}"
-                   f"；被覆盖的任务是 "
-                   f"{sorted(want)}"
-                   + (f"（漏掉了 {missed}）" if missed else "")
-                   + (f"（并未被覆盖：{extra}）" if extra else ""))
+        named = (say("ch90.cx.names", "names {tasks}", tasks=sorted(on_cx)) if on_cx
+                 else say("ch90.cx.names-nothing", "names nothing"))
+        return say("ch90.cx.wrong", "on the counterexample's run it {named}; the clobbered "
+                   "task(s) are {want}{missed}{extra}", named=named, want=sorted(want),
+                   missed=say("ch90.cx.missed", " (missed {missed})", missed=missed)
+                   if missed else "",
+                   extra=say("ch90.cx.extra", " (not clobbered: {extra})", extra=extra)
+                   if extra else "")
     return True
 
 
@@ -154,10 +150,10 @@ async def recover(lab: Lab, task_id: str) -> pd.DataFrame:
                       f"recovered_stale={report.recovered_stale} "
                       f"failed_from_queue={report.failed_from_queue}"})
 
-    await snap(say("the case", "案例的状态"))
+    await snap(say("ch90.case", "the case"))
     await lab.age(task_id, float(lab.settings.stale_running_age_s) + 1)
-    await snap(say("scan 1 (D6)", "第 1 次扫描（D6）"), await lab.dispatch())
-    await snap(say("scan 2 (D4)", "第 2 次扫描（D4）"), await lab.dispatch())
+    await snap(say("ch90.scan-1-d6", "scan 1 (D6)"), await lab.dispatch())
+    await snap(say("ch90.scan-2-d4", "scan 2 (D4)"), await lab.dispatch())
     return pd.DataFrame(steps).set_index("step")
 
 
@@ -185,23 +181,6 @@ CASES: dict[str, CaseSpec] = {
             "older than the stale age, D6 recovers it to WAITING, and the next scan reads the "
             "failed record and writes FAILED with a fixed text (W3) — meanwhile the page "
             "shows RUNNING: the cost W3 accepts.",
-        zh={
-            "title": "账本里 RUNNING，队列里已 failed",
-            "why": "一行 RUNNING 从不凭队列的一面之词判为失败：它的租约可能属于一个还活着的"
-                   "执行者（D4），而 failed 监听器只记日志（W2）。等 updated_at 早于过期阈值，"
-                   "D6 把它恢复为 WAITING，下一次扫描读到那条 failed 记录，再以固定文字写入 "
-                   "FAILED（W3）——在此之前页面一直显示 RUNNING：这是 W3 接受的代价。",
-            "choices": {
-                "stall-limit": "它的执行者不再续 job 的锁；队列的卡住检测发现这个 job 卡住的"
-                               "次数超过了允许值（maxStalledCount），于是让它失败，而队列的"
-                               "一面之词不会结束一行 RUNNING",
-                "listener-crashed": "`failed` 监听器还没来得及把 FAILED 写进账本就崩溃了",
-                "newer-lease": "一次更新的执行认领了这个任务，所以旧执行报告的 FAILED "
-                               "没有匹配到任何行",
-                "redis-lost": "Redis 丢了这条 job 记录；投递器会再把它加回去",
-                "still-working": "没有任何问题：导出还在运行，会做完的",
-            },
-        },
     ),
 }
 

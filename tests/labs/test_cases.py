@@ -38,18 +38,22 @@ def test_a_case_needs_its_cause_among_three_choices_and_a_known_name():
 
 
 def test_a_case_speaks_the_editions_language(monkeypatch):
-    spec_zh = CaseSpec("demo", "demo case", _never,
-                       {"late": "a late write", "lost": "a lost job", "slow": "a slow scan"},
-                       cause="late", rules=frozenset({"P3"}), why="refused",
-                       zh={"title": "示例", "why": "被拒绝了",
-                           "choices": {"late": "迟到的写入", "lost": "丢失的任务",
-                                       "slow": "扫描太慢"}})
-    case = Case(spec_zh, "T1", pd.DataFrame(), pd.DataFrame())
+    """The words are English in the scene module and Chinese in the harness catalogue,
+    under keys made from the case's name; the book's name of a case is its Chinese in both
+    editions."""
+    case = Case(spec("fault-a"), "T1", pd.DataFrame(), pd.DataFrame())
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
-    assert case.choices["late"] == "迟到的写入"
-    assert str(case.judge(cause="late", rule="P3")) == "✓ 迟到的写入 — 被拒绝了"
+    assert case.choices["takeover"].startswith("一个更新的认领（E2）接手了这一轮")
+    assert case.spec.word("title") == "故障 A：旧执行者返回，却没有报告 100"
+    assert str(case.judge(cause="takeover", rule="P3")).startswith("✓ 一个更新的认领")
     monkeypatch.setenv("TEAMDESK_LANG", "en")
-    assert str(case.judge(cause="late", rule="P3")) == "✓ a late write — refused"
-    with pytest.raises(ValueError, match="same keys"):
-        CaseSpec("x", "x", _never, {"a": "", "b": "", "c": ""}, "a", frozenset({"P1"}), "",
-                 zh={"choices": {"a": ""}})
+    assert case.spec.word("title") == "故障 A: the old executor returned, but never reported 100"
+    assert str(case.judge(cause="takeover", rule="P3")).startswith("✓ a newer claim (E2)")
+    assert ("case.fault-a.choice.takeover", case.spec.choices["takeover"]) in \
+        case.spec.messages()
+
+
+def test_a_cases_words_place_no_field_but_the_books_name():
+    with pytest.raises(ValueError, match=r"case\.x\.why may place only \{book\}"):
+        CaseSpec("x", "x", _never, {"a": "", "b": "", "c": ""}, "a", frozenset({"P1"}),
+                 "see {there}")

@@ -64,11 +64,12 @@ def test_the_bundled_font_alone_draws_what_a_machine_without_cjk_fonts_needs(rc)
 
 
 def test_the_bundled_font_has_every_chinese_character_the_lab_writes():
-    """Re-run scripts/build_cjk_font.py when this fails: a new character in labs/ would
-    be a box in a figure on a machine without CJK fonts."""
+    """Re-run scripts/build_cjk_font.py when this fails: a new character in the harness's
+    words (its catalogue, labs/i18n/zh.md) would be a box in a figure on a machine without
+    CJK fonts."""
     with TTFont(fonts.BUNDLED, lazy=True) as font:
         cmap = font.getBestCmap()
-    used = {c for path in (ROOT / "labs").rglob("*.py")
+    used = {c for path in [*(ROOT / "labs").rglob("*.py"), *(ROOT / "labs").rglob("*.md")]
             for c in HAN.findall(path.read_text(encoding="utf-8"))}
     missing = sorted(c for c in used if ord(c) not in cmap)
     assert not missing, f"not in the bundled font: {''.join(missing)}"

@@ -55,7 +55,9 @@ def test_a_board_reads_in_the_editions_language_but_keeps_its_values(monkeypatch
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     assert "队列落后" in repr(shown) and "判定" in shown._repr_html_()
     assert shown["verdict"].tolist() == ["queue behind"] and "WAITING" not in repr(shown)
-    assert set(tables.VERDICTS) <= set(tables.ZH_VERDICTS)
+    assert set(tables.VERDICTS) <= set(tables.verdict_words("zh"))
+    assert all(key == word for key, word in tables.verdict_words("en").items())
+    assert all(key == word for key, word in tables.headers("en").items())
     monkeypatch.setenv("TEAMDESK_LANG", "en")
     assert "queue behind" in repr(shown) and "判定" not in repr(shown)
 
@@ -74,9 +76,16 @@ async def test_a_bounded_wait_that_ran_out_says_so_in_the_editions_language(monk
 
 
 def test_say_speaks_the_language_it_is_told_over_the_editions(monkeypatch):
+    """The harness's words: the English at the call, the Chinese from its catalogue
+    (devkit.i18n; the catalogue itself is checked by tests/unit/test_harness_catalogue.py)."""
+    from labs.i18n import listing, say
+
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
-    assert i18n.say("code", "代码") == "代码"
-    assert i18n.say("code", "代码", lang="en") == "code"
+    assert say("tables.column.progress", "progress") == "进度"
+    assert say("tables.column.progress", "progress", lang="en") == "progress"
+    assert listing(["a", "b", "c"]) == "a、b、c"
     monkeypatch.setenv("TEAMDESK_LANG", "en")
-    assert i18n.say("code", "代码", lang="zh") == "代码"
-    assert i18n.say("code", "代码", lang=None) == "code"
+    assert say("tables.column.progress", "progress", lang="zh") == "进度"
+    assert say("tables.column.progress", "progress", lang=None) == "progress"
+    assert listing(["a", "b", "c"]) == "a, b, c"
+    assert listing(["a", "b"], conjunction=True) == "a and b" and listing([]) == ""
