@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TERMS = ROOT / "notebooks" / "i18n" / "terms-zh.md"
 #: Where the 中文 edition's words live: the notebooks' catalogues and the harness's own.
-CATALOGUES = sorted((ROOT / "notebooks" / "i18n" / "zh").glob("[0-9]*.md"))
+CATALOGUES = [*sorted((ROOT / "notebooks" / "i18n" / "zh").glob("[0-9]*.md")),
+              ROOT / "labs" / "i18n" / "zh.md", ROOT / "devkit" / "i18n" / "zh.md"]
 
 
 def forbidden(text: str) -> dict[str, str]:
@@ -44,7 +45,7 @@ def test_the_term_base_forbids_variants_and_names_the_term_to_use() -> None:
         assert any(c and c != variant and variant not in c for c in cells), row
 
 
-@pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_catalogue_uses_a_forbidden_variant(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     found = {v: text.count(v) for v in forbidden(TERMS.read_text(encoding="utf-8"))
