@@ -59,6 +59,8 @@ class CaseSpec:
     cause: str
     rules: frozenset[str]
     why: str
+    #: For each wrong cause: what in the evidence contradicts it (the judge says it).
+    refutes: dict[str, str] = field(default_factory=dict)
     book: str = ""
     #: The names the notebook's exercise cell and solution cell bind (cause, rule).
     answer: tuple[str, str] = ("my_cause", "my_rule")
@@ -67,6 +69,9 @@ class CaseSpec:
     def __post_init__(self) -> None:
         if self.cause not in self.choices or len(self.choices) < 3:
             raise ValueError(f"case {self.name}: the cause must be one of ≥ 3 choices")
+        if set(self.refutes) != set(self.choices) - {self.cause}:
+            raise ValueError(f"case {self.name}: each wrong cause, and only those, needs what "
+                             "in the evidence refutes it")
         for key, en in self.messages():
             if placeholders(en) - ({"book"} if key.endswith(".title") and self.book else set()):
                 raise ValueError(f"case {self.name}: {key} may place only {{book}}")
@@ -75,6 +80,7 @@ class CaseSpec:
         """The case's words as (catalogue key, English)."""
         words = [(f"case.{self.name}.title", self.title), (f"case.{self.name}.why", self.why)]
         words += [(f"case.{self.name}.choice.{key}", en) for key, en in self.choices.items()]
+        words += [(f"case.{self.name}.refutes.{key}", en) for key, en in self.refutes.items()]
         return words + ([(f"case.{self.name}.book", self.book)] if self.book else [])
 
     def exercise(self) -> Exercise:
@@ -91,10 +97,12 @@ class CaseSpec:
     # The keys are made from the case's name, so these are the harness's only calls of
     # `say` without a literal key; the catalogue test checks them through `messages()`.
     def word(self, key: str) -> Any:
-        """`title`, `why` or `choices` in the edition's language."""
+        """`title`, `why`, `choices` or `refutes` in the edition's language."""
         prefix = f"case.{self.name}"
         if key == "choices":
             return {k: say(f"{prefix}.choice.{k}", en) for k, en in self.choices.items()}
+        if key == "refutes":
+            return {k: say(f"{prefix}.refutes.{k}", en) for k, en in self.refutes.items()}
         book = say(f"{prefix}.book", self.book, lang="zh") if self.book else ""
         return say(f"{prefix}.{key}", getattr(self, key), book=book)
 
@@ -135,9 +143,9 @@ class Case:
             return failed(say("cases.judge.unknown-cause", "{cause!r} is not one of the choices: "
                               "{keys}", cause=cause, keys=keys))
         if cause != self.spec.cause:
-            return failed(say("cases.judge.wrong-cause", "not {cause!r}: look again at the "
-                              "evidence (which execution wrote last, and what the queue says)",
-                              cause=cause))
+            # Case by case: what in this case's evidence contradicts that cause.
+            return failed(say("cases.judge.wrong-cause", "not {cause!r}: {refutation}",
+                              cause=cause, refutation=self.spec.word("refutes")[cause]))
         if str(rule).strip().upper() not in self.spec.rules:
             return failed(say("cases.judge.wrong-rule", "the cause is right, but {rule} is not the "
                               "rule that explains it (see RULES.md)", rule=rule))

@@ -424,14 +424,23 @@ CASES = {
         title="WAITING, dispatched_at set: is it stuck?",
         stage=_stage_waiting_dispatched,
         choices={
-            "stuck": "stuck: the dispatcher marked it and lost it; it needs a manual fix",
-            "delayed": "not stuck: it was enqueued, its job waits in the queue (delayed "
-                       "until run_at); dispatched_at is the last enqueue check",
-            "mark-first": "the mark was written before the add, and the add failed",
-            "worker-died": "a worker claimed it and died; it waits for the stale recovery",
-            "scan-failing": "the scans keep failing, so nobody looks at it again",
+            "stuck": "lost by the dispatcher",
+            "delayed": "enqueued, waiting for its time",
+            "mark-first": "marked, then the add failed",
+            "worker-died": "claimed by a worker that died",
+            "scan-failing": "no scan reaches it any more",
         },
         cause="delayed", rules=frozenset({"D1", "D2", "D4"}),
+        refutes={
+            "stuck": "the board shows its job in the queue, under this run's job id and in "
+                     "state delayed: nothing was lost",
+            "mark-first": "the add did not fail: the job is in the queue. And dispatched_at is "
+                          "written only after a successful add (D3)",
+            "worker-died": "no worker ever claimed it: the row is WAITING without an "
+                           "execution_id, and no log line names the task",
+            "scan-failing": "dispatched_at is only moments old: a scan re-checked this very row "
+                            "just now",
+        },
         why="the scan has no run_at <= now condition, so tomorrow's reminder is enqueued "
             "today as a delayed job; every 30 s a scan re-checks it and only refreshes "
             "dispatched_at while the job is queued (D1, D2, D4). Worry only when the job is "
@@ -442,14 +451,23 @@ CASES = {
         title="A failed job of a task that is COMPLETED",
         stage=_stage_orphan_job,
         choices={
-            "ledger-lies": "the ledger is wrong: the task failed and COMPLETED is a lie",
-            "old-run": "a leftover of run 0: Retry opened run 1 with its own job id; the "
-                       "old failed record is kept by the queue's retention and is harmless",
-            "duplicate": "a duplicate dispatch of run 1 that failed beside the one that ran",
-            "listener": "the failed listener forgot to write FAILED to the ledger",
-            "d4-missed": "the dispatcher's D4 failed branch missed it and must fail the task",
+            "ledger-lies": "the ledger is wrong",
+            "old-run": "a leftover of an earlier run",
+            "duplicate": "a duplicate of the current run",
+            "listener": "the failed listener forgot the ledger",
+            "d4-missed": "the dispatcher missed a failure",
         },
         cause="old-run", rules=frozenset({"R2", "R3", "I2", "Q1"}),
+        refutes={
+            "ledger-lies": "the row holds a CSV, a summary and an expiry, and the log shows "
+                           "run 1 completing: the ledger records a finished run",
+            "duplicate": "the failed job's id ends in -0, the run before the ledger's run 1; "
+                         "a duplicate of run 1 would carry -1",
+            "listener": "the failed job belongs to run 0, and run 0 did end FAILED (the log's "
+                        "task.error final=true) before run 1 began",
+            "d4-missed": "the dispatcher judges the ledger's current run, and run 1's job "
+                         "completed; a failed record of an older run is no reason to fail it",
+        },
         # The notebook's second case beside the first: its own names (Exercise D).
         answer=("my_cause_d", "my_rule_d"), solution=("solution_cause_d", "solution_rule_d"),
         why="a manual retry opens run + 1, whose job id <task>-1 is new (I2, R2); the "

@@ -352,14 +352,23 @@ CASES = {
         book="Fault A",
         stage=_stage_fault_a,
         choices={
-            "takeover": "a newer claim (E2) took the run over; the old executor's fenced "
-                        "writes matched 0 rows and it left quietly",
-            "new-run-failed": "the new run failed, and the old executor stopped because of it",
-            "redis-lost": "Redis lost the progress report; the export has to be run again",
-            "crashed": "the old executor crashed mid-export; write its E1 back so it can finish",
-            "old-run": "the delivery was of an older run and was skipped at the first check",
+            "takeover": "taken over by a newer claim",
+            "new-run-failed": "the new run failed",
+            "redis-lost": "Redis lost the report",
+            "crashed": "the old executor crashed",
+            "old-run": "a delivery of an older run",
         },
         cause="takeover",
+        refutes={
+            "new-run-failed": "nothing failed: the row is COMPLETED with a result, and the log "
+                              "shows B's task.completed",
+            "redis-lost": "the result is in the ledger, not in Redis: COMPLETED at 100 with its "
+                          "CSV, so there is nothing to run again",
+            "crashed": "A did not crash: its last line is task.lease_lost during progress, "
+                       "right after B's claim — its write matched no row",
+            "old-run": "every line is of run 0: A and B claimed the same run, one after the "
+                       "other",
+        },
         rules=frozenset({"P3", "P6", "P2"}),
         why="the lease decides who may write: E1's progress write matched nothing, so A "
             "raised LeaseLost and returned without failing the task or reporting 100 (P3, "
@@ -373,14 +382,23 @@ CASES = {
         book="Fault B",
         stage=_stage_fault_b,
         choices={
-            "report-failed": "the result committed; only the last report of 100 to the queue "
-                             "failed, and the processor kept the result",
-            "partial-csv": "a partial CSV was saved and shown as complete",
-            "overwritten": "a newer execution completed and overwrote this one's result",
-            "needs-retry": "the run failed; the page is stale and the task needs a Retry",
-            "dispatcher": "the dispatcher marked it COMPLETED from the queue's record",
+            "report-failed": "only the final report failed",
+            "partial-csv": "a partial CSV was saved",
+            "overwritten": "a newer execution overwrote it",
+            "needs-retry": "the run failed; it needs a Retry",
+            "dispatcher": "the dispatcher completed it",
         },
         cause="report-failed",
+        refutes={
+            "partial-csv": "a result is written once, with its summary and expiry, by the "
+                           "completion UPDATE (P5): there is no half-written CSV to save",
+            "overwritten": "there was one execution only: the log shows a single claim, by W, "
+                           "and that same execution completed",
+            "needs-retry": "nothing says the run failed: the row is COMPLETED with a CSV and an "
+                           "expiry, and the job is completed too; only its progress is behind",
+            "dispatcher": "the task.completed line is the worker's; the dispatcher never writes "
+                          "COMPLETED, it only re-adds or fails a run",
+        },
         rules=frozenset({"P9", "P5"}),
         why="look at result_csv, the summary and the expiry: the completion UPDATE "
             "committed them (P5); the error after it met a COMPLETED row, so the error "
@@ -393,15 +411,23 @@ CASES = {
         title="A task RUNNING far beyond its lock",
         stage=_stage_running_long,
         choices={
-            "frozen-no-scan": "its executor died or froze; only a successful dispatcher scan "
-                              "after the 2-minute threshold brings it back (none got that far)",
-            "slow-export": "a slow but live export: its progress keeps the row fresh",
-            "newer-lease": "a newer execution holds the lease and is still working",
-            "listener-will-fail-it": "the queue failed the job; the failed listener will "
-                                     "set the ledger FAILED",
-            "needs-retry": "only a manual Retry can move it now",
+            "frozen-no-scan": "a dead executor, not recovered yet",
+            "slow-export": "a slow but live export",
+            "newer-lease": "a newer execution at work",
+            "listener-will-fail-it": "the failed listener will fail it",
+            "needs-retry": "only a manual Retry can move it",
         },
         cause="frozen-no-scan",
+        refutes={
+            "slow-export": "a live export moves its row batch by batch; this one's progress is "
+                           "0 and its updated_at has not moved for ten minutes",
+            "newer-lease": "there is one claim only, A's, and the row's execution_id is A's",
+            "listener-will-fail-it": "the queue has not failed the job — it is still active — "
+                                     "and the failed listener only logs, it never writes the "
+                                     "ledger (W2)",
+            "needs-retry": "Retry is for a FAILED task; this one is RUNNING, and the "
+                           "dispatcher's stale recovery is there to bring it back (D6)",
+        },
         rules=frozenset({"D6", "W3", "D8"}),
         why="updated_at has not moved for ten minutes, so nothing is advancing it; the "
             "queue's active says nothing about progress. Recovery is the dispatcher's: "

@@ -163,18 +163,22 @@ CASES: dict[str, CaseSpec] = {
         title="RUNNING in the ledger, failed in the queue",
         stage=_stage_stall_limit,
         choices={
-            "stall-limit": "its executor stopped renewing the job's lock; the queue's stall "
-                           "check found the job stalled more often than allowed "
-                           "(maxStalledCount) and failed it, and the queue's word does not "
-                           "finish a RUNNING row",
-            "listener-crashed": "the `failed` listener crashed before it could write FAILED "
-                                "to the ledger",
-            "newer-lease": "a newer execution claimed the task, so the old one's FAILED "
-                           "report matched no row",
-            "redis-lost": "Redis lost the job record; the dispatcher will add it again",
-            "still-working": "nothing is wrong: the export is still running and will finish",
+            "stall-limit": "the queue's stall limit",
+            "listener-crashed": "the failed listener crashed",
+            "newer-lease": "a newer execution's lease",
+            "redis-lost": "Redis lost the job",
+            "still-working": "still working, nothing wrong",
         },
         cause="stall-limit",
+        refutes={
+            "listener-crashed": "the failed listener did run — its task.failed line is in the "
+                                "log — and it only logs: it never writes the ledger (W2)",
+            "newer-lease": "there is one claim only, A's, and the row's execution_id is A's",
+            "redis-lost": "the queue still has the record: the board shows the job failed, "
+                          "with one attempt made",
+            "still-working": "the queue gave up on the job (exhausted=true in the log) after a "
+                             "stall: nothing holds its lock any more",
+        },
         rules=frozenset({"W3", "D4", "W2"}),
         why="a RUNNING row is never failed from the queue's word: its lease may belong to a "
             "live executor (D4), and the failed listener only logs (W2). Once updated_at is "
