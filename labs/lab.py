@@ -493,9 +493,9 @@ class Lab(ProductCalls):
         return self.crew.fault(point, error, actor=actor, when=when, times=times)
 
     def counterexample(self, bug: str, *, actor: str | None = None) -> counterexamples.Switch:
-        """Switch on an old fence (`labs.counterexamples.BUGS`: "forgot-row-count",
-        "status-only-guard", "separate-effects") for this lab's executors only, and only
-        `actor`'s if given:
+        """Switch on an old fence (a name of `labs.fences.COUNTEREXAMPLES`:
+        "forgot-row-count", "status-only-guard", "separate-effects", "lease-less-export")
+        for this lab's executors only, and only `actor`'s if given:
         learners watch the bug happen without editing the product. It reaches the lab's
         workers through the fence each was started with (`create_task_worker(fence=...)`),
         running or started later. `switch.off()` or `close()` turns it off; switching the
@@ -505,7 +505,7 @@ class Lab(ProductCalls):
 
     def use_fence(self, fence: Any, *, actor: str | None = None) -> counterexamples.Switch:
         """Run `fence` — a `teamdesk.tasks.lease.Fence`, e.g. one a learner wrote
-        (`labs.scenes.ch26b.where_fence`) — for this lab's executors, or only `actor`'s,
+        (`labs.fences.where_fence`) — for this lab's executors, or only `actor`'s,
         instead of the product's `leased_update`; through the same seam as the
         counterexamples (`create_task_worker(fence=...)`). `switch.off()` or `close()`
         restores the product's."""

@@ -148,7 +148,8 @@ class Crew:
     def use_fence(self, fence: counterexamples.Fence, actor: str | None) -> counterexamples.Switch:
         """A fence of one's own for this lab's executors (or `actor`'s), replacing the
         same actor's earlier one."""
-        for old in [s for s in self.fences.switches if s.fence is not None and s.actor == actor]:
+        for old in [s for s in self.fences.switches
+                    if s.bug == counterexamples.OWN_FENCE and s.actor == actor]:
             old.off()
         return self.fences.use(fence, actor)
 

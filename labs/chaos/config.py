@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labs import fences
 from labs.chaos.kinds import KINDS
 from labs.chaos.plan import SEED_TICKETS
 
-#: Counterexamples a run can switch on: the worker processes of that run only are
-#: started with that change (`labs.chaos.worker --counterexample`, the table of
-#: `labs.counterexample_worker`): the retired `failed` listener (W2) and the export's
-#: writes by `task_id + run` (P3, P5).
-COUNTEREXAMPLES = ("legacy-failed-listener", "lease-less-export")
+#: Counterexamples a run can switch on: the names of `labs.fences.COUNTEREXAMPLES`, the
+#: same a lab switches on in-process. The worker processes of that run only are started
+#: with that change (`labs.chaos.worker --counterexample`, `labs.counterexample_worker`),
+#: e.g. the retired `failed` listener (W2) or the export's writes by `task_id + run` (P3, P5).
+COUNTEREXAMPLES = fences.NAMES
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,5 @@ class ChaosConfig:
 
     def check(self) -> None:
         """Refuse an unknown counterexample before anything runs."""
-        if self.counterexample is not None and self.counterexample not in COUNTEREXAMPLES:
-            raise ValueError(f"unknown counterexample {self.counterexample!r}; "
-                             f"choose from {COUNTEREXAMPLES}")
+        if self.counterexample is not None:
+            fences.lookup(self.counterexample)

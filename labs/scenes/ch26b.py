@@ -2,10 +2,11 @@
 and the learner's test, each judged by the real race.
 
 The exercise asks for the condition of A's fenced writes — the `WHERE` every fenced
-statement of `teamdesk/tasks/queries.sql` ends with (P3). `where_fence(text)` turns the
-learner's text into a `teamdesk.tasks.lease.Fence`: each fenced statement runs with its
-lease condition replaced by theirs, and a write that matches no row raises `LeaseLost`,
-as the product's does. `judge_fence(text)` then runs, in a world of its own:
+statement of `teamdesk/tasks/queries.sql` ends with (P3). `where_fence(text)`
+(`labs.fences`, beside the old fences) turns the learner's text into a
+`teamdesk.tasks.lease.Fence`: each fenced statement runs with its lease condition replaced
+by theirs, and a write that matches no row raises `LeaseLost`, as the product's does.
+`judge_fence(text)` then runs, in a world of its own:
 
 1. **alone**: one executor with that fence exports — it must complete (a fence that
    refuses the lease holder itself is no fence, it is a wall);
@@ -28,62 +29,23 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import re
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.fences import where_fence
 from labs.i18n import say
 from labs.lab import fresh_world
 from labs.races import Takeover
 from teamdesk.db.models import Ticket
-from teamdesk.tasks.lease import FENCED, Lease, LeaseLost, leased_update
-from teamdesk.tasks.ledger import QUERIES
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
     from labs.lab import Lab
 
-#: The lease condition each fenced statement ends with (P3), the part a learner rewrites.
-LEASE_CONDITION = re.compile(r"id = %\(task_id\)s AND run = %\(run\)s AND execution_id = "
-                             r"%\(execution_id\)s\s+AND status = 'RUNNING'")
-#: The parameters a condition may use: the lease's.
-LEASE_PARAMS = frozenset({"task_id", "run", "execution_id"})
 T = 8.0  # seconds: the bound on every wait of the judge
-
-
-def where_fence(where: str) -> Any:
-    """A `Fence` whose fenced statements use the condition `where` instead of the
-    product's lease condition. `where` may name `%(task_id)s`, `%(run)s` and
-    `%(execution_id)s` (the lease the executor holds) and the table's columns."""
-    if not isinstance(where, str) or not where.strip():
-        raise ValueError(say("ch26b.write-condition-string", "write the condition as a string, "
-                             "e.g. \"id = %(task_id)s AND …\""))
-    text = " ".join(where.split())
-    if ";" in text:
-        raise ValueError(say("ch26b.one-condition-without", "one condition, without ';'"))
-    unknown = set(re.findall(r"%\((\w+)\)s", text)) - LEASE_PARAMS
-    if unknown:
-        raise ValueError(say("ch26b.unknown-parameter-lease", "unknown parameter(s) {unknown}; "
-                             "the lease has %(task_id)s, %(run)s and %(execution_id)s",
-                             unknown=', '.join(sorted(unknown))))
-
-    async def fence(conn: Any, lease: Lease, statement: str | None = None, *,
-                    during: str = "write", **values: Any) -> None:
-        if not isinstance(conn, psycopg.AsyncConnection) or statement not in FENCED:
-            return await leased_update(conn, lease, statement, during=during, **values)
-        sql, n = LEASE_CONDITION.subn(lambda _: f"({text})", QUERIES[statement])
-        if n != 1:  # pragma: no cover - guarded by test_every_fenced_statement_has_it
-            raise RuntimeError(f"{statement} has no lease condition to replace")
-        cur = await conn.execute(sql, {**values, **lease.params()})
-        if cur.rowcount != 1:
-            raise LeaseLost(lease, during)
-
-    return fence
 
 
 @dataclass

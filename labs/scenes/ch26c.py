@@ -1,26 +1,23 @@
 """Scene helpers of `26c-reminder-commit-gate.ipynb` (ch. 26 §5, and the book's §8 test
 3): a reminder whose first attempt meets a fault, and the judges of the two exercises —
 the last probe point inside the transaction, and the commit gate the learner writes
-(`gate_fence`, `judge_gate`: the old code still updated under E1's condition at its end,
-but never checked the row count)."""
+(`judge_gate`, through `labs.fences.gate_fence`: the old code still updated under E1's
+condition at its end, but never checked the row count)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from labs import tables
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.fences import gate_fence
 from labs.i18n import say
 from labs.lab import fresh_world
-from teamdesk.tasks.lease import Fence, Lease, LeaseLost, leased_update
-from teamdesk.tasks.ledger import execute
+from teamdesk.tasks.lease import Lease, LeaseLost
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
@@ -75,28 +72,6 @@ async def judge_last_point(lab: Lab, point: Any, tried: dict[str, tuple]) -> boo
 
 
 # ---------------------------------------------------------------- the commit gate (exercise)
-
-#: The learner's commit gate: called inside the reminder's transaction right after the
-#: completion UPDATE (fenced by the lease and RUNNING) with the number of rows it matched
-#: and the executor's lease. Returning lets the transaction commit; raising rolls it back.
-CommitGate = Callable[[int, Lease], None]
-
-
-def gate_fence(gate: CommitGate) -> Fence:
-    """A `teamdesk.tasks.lease.Fence` whose reminder completion is decided by `gate`: the
-    fenced `reminder_completion` statement runs as in the product (P10), and its row count
-    goes to `gate` instead of `leased_update`'s own check. Every other fenced write (an
-    export's, an error report) keeps the product's fence. For `Lab.use_fence`."""
-
-    async def fence(conn: Any, lease: Lease, statement: str | None = None, *,
-                    during: str = "write", **values: Any) -> None:
-        if statement != "reminder_completion" or not isinstance(conn, psycopg.AsyncConnection):
-            return await leased_update(conn, lease, statement, during=during, **values)
-        cursor = await execute(conn, statement, {**values, **lease.params()})
-        gate(cursor.rowcount, lease)
-
-    return fence
-
 
 @dataclass
 class GateRuns:

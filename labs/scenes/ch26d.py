@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from labs import statements
 from labs.cases import CaseSpec
-from labs.counterexample_worker import legacy_failed_listener
 from labs.exercises import Verdict, exercise, failed, passed
+from labs.fences import legacy_failed_listener
 from labs.history import History
 from labs.i18n import listing, say
 from labs.lab import fresh_world
@@ -124,7 +124,7 @@ def third_round(rounds: list[Round]) -> bool | str:
 class LateCallback:
     """ch. 26 §7's retired `failed` callback, live on one worker of this lab: the same
     listener `labs.chaos` runs in its counterexample worker processes
-    (`labs.counterexample_worker.legacy_failed_listener`, contract W2 broken on purpose).
+    (`labs.fences.legacy_failed_listener`, contract W2 broken on purpose).
     When the queue gives up on a job it sets the task FAILED by `task_id + run`, with no
     lease. Added with the worker's own `on("failed", …)` beside the product's listeners,
     on this worker only; the product is not changed. Its write is held until `release()`

@@ -8,7 +8,7 @@ in one place. Zero rows matched means a newer executor (or a recovery scan) took
 
 Executors and the processor reach it as `ctx.fence` (`teamdesk.tasks.context`), which is
 `leased_update` unless whoever built the context passed another `Fence` — a lab's old
-fence (`labs.counterexamples`), shown beside the right one. The product never does.
+fence (`labs.fences`), shown beside the right one. The product never does.
 """
 
 from __future__ import annotations

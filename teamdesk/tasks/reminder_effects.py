@@ -6,7 +6,7 @@ on the reminder's connection, inside its transaction; the fenced completion UPDA
 follows it (the commit gate). Executors reach it as `ctx.reminder_effects`
 (`teamdesk.tasks.context`), which is this function unless whoever built the context
 passed another `ReminderEffects` — a lab showing the book's old code, whose three writes
-were separate statements (`labs.counterexamples`, ch. 26 §5). The product never does.
+were separate statements (`labs.fences`, ch. 26 §5). The product never does.
 """
 
 from __future__ import annotations

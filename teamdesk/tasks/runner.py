@@ -37,6 +37,7 @@ from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.lease import Fence, leased_update
 from teamdesk.tasks.ledger import Ledger
 from teamdesk.tasks.queue import create_task_queue, redis_client
+from teamdesk.tasks.reminder_effects import ReminderEffects, write_reminder_effects
 from teamdesk.tasks.worker import TaskWorker, create_task_worker
 
 log = logging.getLogger("teamdesk.runner")
@@ -131,8 +132,8 @@ async def read_heartbeats(client: aioredis.Redis, settings: Settings) -> dict[st
 class Seams:
     """What a worker process may be given instead of the product's own parts: one value, so
     an entry point passes all of it in one place. `teamdesk worker` runs `PRODUCT` (the
-    command line sets none of it); a lab's entry point passes an old fence or listener for
-    one run of its own (`labs.counterexample_worker`) or a learner's drain
+    command line sets none of it); a lab's entry point passes an old fence, effects step or
+    listener for one run of its own (`labs.counterexample_worker`) or a learner's drain
     (`labs.drain_worker`)."""
 
     #: Sees the task worker once it is built, before its first job (`WorkerHook`).
@@ -140,6 +141,8 @@ class Seams:
     #: The function every fenced write of the task worker goes through (P3,
     #: `create_task_worker(fence=...)`).
     fence: Fence = leased_update
+    #: The reminder's effect-writing step (P10, `create_task_worker(reminder_effects=...)`).
+    reminder_effects: ReminderEffects = write_reminder_effects
     #: The shutdown once the stop came (W4, `Drain`); None is `drain_in_order`.
     drain: Drain | None = None
 
@@ -174,7 +177,8 @@ async def run_worker_process(settings: Settings, *, name: str | None = None,
     # One pool for the process: a connection per concurrent job, one for the tick (D8).
     ledger = await Ledger.pooled(settings.database_url, size=settings.worker_concurrency + 1)
     worker = await create_task_worker(settings, actor=name, ledger=ledger, start=False,
-                                      fence=seams.fence)
+                                      fence=seams.fence,
+                                      reminder_effects=seams.reminder_effects)
     if seams.on_worker is not None:
         seams.on_worker(worker)
     worker.start()

@@ -179,7 +179,7 @@ async def create_task_worker(
     path runs on `ledger`; without one, a pool of `worker_concurrency` connections to
     `settings.database_url` is opened here and closed by `close()`. `fence` is the function
     every fenced write of this worker goes through (`TaskContext.fence`, P3): the product's
-    `leased_update` unless a lab shows an old fence (`labs.counterexamples`); a lab that
+    `leased_update` unless a lab shows an old fence (`labs.fences`); a lab that
     switches fences while the worker runs passes a callable of its own that decides per call.
     `on_run_error` hears of a crash of the worker's run loop when it happens (`TaskWorker`).
     `reminder_effects` is the reminder's effect-writing step (`TaskContext.reminder_effects`,

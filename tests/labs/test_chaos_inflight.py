@@ -125,7 +125,7 @@ async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(set
     import inspect
     import signal
 
-    from labs.counterexample_worker import leaseless_export
+    from labs.fences import LeaselessExport
     from teamdesk import cli
     from teamdesk.tasks.lease import leased_update
     from teamdesk.tasks.runner import Seams, run_worker_process
@@ -148,6 +148,7 @@ async def test_the_worker_process_takes_a_fence_and_defaults_to_the_products(set
         return seen[0]
 
     assert await fence_of() is leased_update
+    leaseless_export = LeaselessExport()
     assert await fence_of(fence=leaseless_export) is leaseless_export
     assert set(inspect.signature(cli.main).parameters) == {
         "argv", "commands", "description", "resolve_settings"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from labs import fences
 from labs.scenes import ch26b
 from teamdesk.tasks.lease import FENCED
 from teamdesk.tasks.ledger import QUERIES
@@ -33,7 +34,7 @@ def _assigned(notebook: str, tag: str, name: str) -> object:
 def test_every_fenced_statement_has_the_lease_condition_a_learner_rewrites():
     """P3: the learner's fence replaces exactly one condition in each fenced statement."""
     for name in FENCED:
-        assert len(ch26b.LEASE_CONDITION.findall(QUERIES[name])) == 1, name
+        assert len(fences.LEASE_CONDITION.findall(QUERIES[name])) == 1, name
 
 
 @pytest.mark.parametrize(("where", "message"), [

@@ -86,7 +86,9 @@ async def _worker_process_with_the_legacy_listener(settings: Any) -> None:
     seen: list[TaskWorker] = []
 
     def hook(worker: TaskWorker) -> None:
-        counterexample_worker.COUNTEREXAMPLES["legacy-failed-listener"](worker)
+        legacy = counterexample_worker.seams_for("legacy-failed-listener").on_worker
+        assert legacy is not None
+        legacy(worker)
         seen.append(worker)
         stop.set()
 
