@@ -2,7 +2,7 @@
 
 `docs/classroom.md` promises that N learners can share one PostgreSQL and one Redis,
 because each lab works in a database cloned for it and under a BullMQ prefix of its own,
-and breaks only a Redis of its own (23 §7, 90). Here three notebooks run at once, each in
+and breaks only a Redis of its own (23 §7, 90). Here two notebooks run at once, each in
 its own kernel, with DATABASE_URL and REDIS_URL given (the suite's servers stand in for
 the class's): each passes its own checkpoints, and afterwards the shared servers hold no
 database and no key that any of them left. The connections each lab held at most are
@@ -23,8 +23,9 @@ import redis
 from teamdesk.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Three labs that run workers, races and gates (not the ones with a private Redis only).
-NOTEBOOKS = ("24-reminders.ipynb", "26b-takeover-race.ipynb", "26c-reminder-commit-gate.ipynb")
+#: Two labs that run workers, races and gates (not the ones with a private Redis only):
+#: two at once show the sharing as well as three, at two thirds of the machine's load.
+NOTEBOOKS = ("24-reminders.ipynb", "26b-takeover-race.ipynb")
 #: What docs/classroom.md tells an instructor to allow per learner.
 CONNECTIONS_PER_LEARNER = 10
 
@@ -63,8 +64,8 @@ class _ConnectionWatch(threading.Thread):
                     self.peak[db] = max(n, self.peak.get(db, 0))
 
 
-def test_three_labs_at_once_on_one_shared_server_set(service_settings: Settings, tmp_path):
-    """Three learners on one server set (URLs given, nothing started for them): their
+def test_two_labs_at_once_on_one_shared_server_set(service_settings: Settings, tmp_path):
+    """Two learners on one server set (URLs given, nothing started for them): their
     notebooks' checkpoints all pass while they run side by side, none leaves a database
     or a Redis key behind, and no lab holds more than CONNECTIONS_PER_LEARNER connections
     to PostgreSQL at once."""
