@@ -5,7 +5,9 @@ heading (`scripts/split_headings.py` fixes what this finds)."""
 from __future__ import annotations
 
 import importlib.util
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,95 @@ def test_presenter_notes_are_tagged_and_say_so(path: Path):
         tagged = "presenter" in cell["metadata"].get("tags", [])
         says = "".join(cell["source"]).startswith("**Presenter:**")
         assert tagged == says, f"{path.name}: {''.join(cell['source'])[:60]!r}"
+
+
+#: The notebooks a class is shown as slides (`docs/teaching/README.md`, "Slides"): each
+#: carries the kit's slide metadata on every cell the rule below names.
+SLIDE_NOTEBOOKS = ("26b-takeover-race", "26c-reminder-commit-gate",
+                   "26d-manual-retry-and-recovery")
+
+
+def slide_type_wanted(cell: dict) -> str | None:
+    """The kit's rule for one cell, or None where any slide type will do: a slide per
+    `#`/`##` heading, a subslide per `###` heading and per `predict` cell (the question on
+    a screen of its own), a fragment per "What it proved/showed", notes for presenter
+    cells, skip for hidden solutions and the assert-only checkpoints (`# contract:`)."""
+    text = "".join(cell["source"])
+    tags = cell["metadata"].get("tags", [])
+    if "presenter" in tags:
+        return "notes"
+    if cell["cell_type"] == "markdown":
+        if text.startswith(("# ", "## ")):
+            return "slide"
+        if text.startswith("### "):
+            return "subslide"
+        if text.startswith(("What it proved", "What it showed")):
+            return "fragment"
+        return None
+    if "predict" in tags:
+        return "subslide"
+    if "solution" in tags or text.startswith("# contract:"):
+        return "skip"
+    return None
+
+
+def _top_level_names(source: str) -> set[str]:
+    """Names a code cell binds at the notebook's top level: not a comprehension's, a
+    lambda's or a function body's own (top-level `await` is allowed, as in IPython)."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+    tree = compile(code, "<cell>", "exec",
+                   flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    names: set[str] = set()
+
+    class Binds(ast.NodeVisitor):
+        def visit_FunctionDef(self, node: ast.AST) -> None:
+            names.add(node.name)  # type: ignore[attr-defined]
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+        def visit_Lambda(self, node: ast.AST) -> None:
+            pass
+
+        visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+        def visit_Name(self, node: ast.Name) -> None:
+            if isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+
+        def visit_alias(self, node: ast.alias) -> None:
+            names.add((node.asname or node.name).split(".")[0])
+
+    Binds().visit(tree)
+    return names
+
+
+@pytest.mark.parametrize("name", SLIDE_NOTEBOOKS)
+def test_slide_notebooks_carry_the_kits_slide_metadata(name: str) -> None:
+    """Every cell the kit's rule names has its slide type, and a cell the slideshow skips
+    (not shown, not run) binds no name that a shown cell uses, so the race runs the same."""
+    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+    wrong = [(i, "".join(c["source"])[:50], slide_type_wanted(c),
+              c["metadata"].get("slideshow", {}).get("slide_type"))
+             for i, c in enumerate(cells)
+             if slide_type_wanted(c) not in (None, c["metadata"].get("slideshow", {}).get(
+                 "slide_type"))]
+    assert not wrong, f"{name}: (cell, start, wanted, found): {wrong}"
+    shown = [c for c in cells if c["cell_type"] == "code"
+             and c["metadata"].get("slideshow", {}).get("slide_type") != "skip"]
+    bound_when_shown = set().union(*(_top_level_names("".join(c["source"])) for c in shown))
+    for i, c in enumerate(cells):
+        if c["cell_type"] != "code" or c["metadata"].get("slideshow", {}).get(
+                "slide_type") != "skip":
+            continue
+        only_here = _top_level_names("".join(c["source"])) - bound_when_shown
+        used = [n for n in only_here for later in cells[i + 1:] if later in shown
+                and re.search(rf"\b{re.escape(n)}\b", "".join(later["source"]))]
+        assert not used, f"{name}: skipped cell {i} binds {used}, used by a shown cell"
+
+
+def test_the_slide_rule_sees_a_missing_slide_type() -> None:
+    heading = {"cell_type": "markdown", "metadata": {}, "source": "### 练习 D"}
+    predict = {"cell_type": "code", "metadata": {"tags": ["predict"]}, "source": "guess = None"}
+    assert slide_type_wanted(heading) == "subslide"
+    assert slide_type_wanted(predict) == "subslide"
+    assert _top_level_names("x = 1\nfor k in []: pass\n[j for j in []]\nawait f()") == {"x", "k"}
