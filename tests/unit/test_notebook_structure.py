@@ -4,8 +4,8 @@ heading (`scripts/split_headings.py` fixes what this finds)."""
 
 from __future__ import annotations
 
-import importlib.util
 import ast
+import importlib.util
 import json
 import re
 from pathlib import Path
