@@ -12,9 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMS = ROOT / "notebooks" / "i18n" / "terms-zh.md"
-#: Where the 中文 edition's words live: the notebooks' catalogues and the harness's own.
+#: Where the 中文 edition's words live: the notebooks' catalogues, the harness's own, and
+#: the instructor's kit in 中文.
 CATALOGUES = [*sorted((ROOT / "notebooks" / "i18n" / "zh").glob("[0-9]*.md")),
-              ROOT / "labs" / "i18n" / "zh.md", ROOT / "devkit" / "i18n" / "zh.md"]
+              ROOT / "labs" / "i18n" / "zh.md", ROOT / "devkit" / "i18n" / "zh.md",
+              *sorted((ROOT / "docs" / "teaching" / "zh").glob("*.md"))]
 
 
 def forbidden(text: str) -> dict[str, str]:
