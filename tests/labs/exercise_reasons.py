@@ -150,10 +150,41 @@ async def _gate_other_error(v: Verdict, context: dict[str, Any]) -> None:
     assert v.facts["rolled_back"] and "raise LeaseLost" in str(v), str(v)
 
 
+def _recovery_reason(*, stopped: bool, redispatched: bool, mark_first: str
+                     ) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """O1, D3, D8: what a test of "dispatch failed, then recovered" practised with the
+    product's dispatcher (a real outage, a tick after it), and how it ended with the one
+    that marks first."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        facts = v.facts
+        assert facts["product"].outcome == "passed", str(v)
+        assert (facts["redis_stopped"], facts["redispatched"]) == (stopped, redispatched), str(v)
+        assert facts["mark_first"].outcome == mark_first, str(v)
+
+    return reason
+
+
+async def _recovery_solution(v: Verdict, context: dict[str, Any]) -> None:
+    """D3: with the dispatcher that marks first, the solution fails on `dispatched_at`, inside
+    the outage."""
+    assert v.facts["completed"], str(v)
+    assert "dispatched_at" in v.facts["mark_first"].detail, str(v)
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
                  "add, never mark": _order_reason(lost=False, calm_ok=False)},
+    "23.test": {"the starter": _recovery_reason(stopped=True, redispatched=False,
+                                                mark_first="passed"),
+                "the chapter's test as it stands": _recovery_reason(
+                    stopped=False, redispatched=False, mark_first="passed"),
+                "nothing after the recovery": _recovery_reason(
+                    stopped=True, redispatched=False, mark_first="failed"),
+                "no look at the row during the outage": _recovery_reason(
+                    stopped=True, redispatched=True, mark_first="timed out"),
+                "the solution": _recovery_solution},
     "24.stale": {"the starter": _stale_starter, "never stale": _stale_never},
     "25.narrowed": {"the starter": _filters_too_many, "an invalid status": _filters_invalid,
                     "a filter that matches nothing": _filters_empty,
