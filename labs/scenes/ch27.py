@@ -1,9 +1,10 @@
 """Scene helpers of `notebooks/27-test-isolation.ipynb` (ch. 27, inferred).
 
-§4 runs the book's four named tests (ch. 26 §8) from a cell, in one pytest process, and
-reads from pytest's `--setup-show` lines which isolation each test relied on.
-`BOOK_TEST_MAP` maps the book's nine tests of ch. 26 §7–§8 to the notebook sections that
-stage them and our pytest tests (`map_markdown`, in the notebook and the course map).
+§4 runs the book's five named tests (ch. 26 §8's four, ch. 23 §7's one) from a cell, in one
+pytest process, and reads from pytest's `--setup-show` lines which isolation each test
+relied on. `BOOK_TEST_MAP` maps the book's tests of ch. 23 §7 and ch. 26 §7–§8 to the
+notebook sections that stage them and our pytest tests (`map_markdown`, in the notebook and
+the course map).
 Exercise A has the learner write the isolation fixture, judged by `judge_isolation`: three
 real tests side by side, then the databases and keys left behind counted; Exercise B asks for
 the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
@@ -72,7 +73,7 @@ class BookRun:
 
     @property
     def summary_line(self) -> str:
-        """pytest's last line, e.g. "4 passed in 3.64s"."""
+        """pytest's last line, e.g. "5 passed in 3.64s"."""
         lines = self.stdout.strip().splitlines()
         return lines[-1].strip("= ") if lines else ""
 
@@ -97,8 +98,10 @@ class BookRun:
 
     @property
     def redis_users(self) -> int:
-        """How many of the tests asked for a queue of their own in Redis."""
-        return sum(_uses(line, f) for line in self.used.values() for f in ("redis", "queue"))
+        """How many of the tests asked for a queue of their own in Redis (the `redis` or
+        the `queue` fixture, or both: one test counts once)."""
+        return sum(any(_uses(line, f) for f in ("redis", "queue"))
+                   for line in self.used.values())
 
     @property
     def all_passed(self) -> bool:
@@ -108,7 +111,7 @@ class BookRun:
 
 def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     """Run `tests` (paths under tests/integration/) in one pytest process — one process
-    start instead of four keeps the notebook fast — with `-v --setup-show`, so each test's
+    start instead of one per test keeps the notebook fast — with `-v --setup-show`, so each test's
     line names the fixtures it used. Each test still gets its own clone and prefix from
     its `settings` fixture."""
     root = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
@@ -357,10 +360,12 @@ async def judge_isolation(fixture: Any, *, base: Any, timeout: float = 60) -> Ve
 
 @dataclass(frozen=True)
 class BookTest:
-    """One test the book describes (ch. 26 §7's six real-worker tests, §8's three reminder
-    tests), where a notebook stages it, and the pytest tests of ours that prove it."""
+    """One test the book describes (ch. 23 §7's dispatch failure, ch. 26 §7's six
+    real-worker tests, §8's three reminder tests), where a notebook stages it, and the
+    pytest tests of ours that prove it."""
 
-    #: "§7 1 · export", "§8 2", …: the book's section and its number in the list.
+    #: "ch. 23 §7", "§7 1 · export", "§8 2", …: the book's section (ch. 26 unless named)
+    #: and its number in the list.
     book: str
     #: The book's own words, briefly (Chinese), and an English line.
     name: str
@@ -371,17 +376,29 @@ class BookTest:
     tests: tuple[str, ...]
 
 
+_DISPATCH = "tests/integration/test_dispatch_redis_faults.py::"
 _REAL = "tests/integration/test_worker_real.py::"
 _RECOVERY = "tests/integration/test_worker_recovery.py::"
 _RACES = "tests/integration/test_processor_races.py::"
 
 def book_test_map() -> tuple[BookTest, ...]:
-    """The book's nine tests (`BOOK_TEST_MAP`). The book's own words are quoted in Chinese
+    """The book's ten tests (`BOOK_TEST_MAP`): ch. 23 §7's, then ch. 26 §7–§8's nine. The
+    book's own words are quoted in Chinese
     in both editions, so they are read from the harness catalogue with `lang="zh"`, each
     under an English gloss; built on first use, since that reads the catalogue."""
     export, reminder = (say("ch27.book.export", "export", lang="zh"),
                         say("ch27.book.reminder", "reminder", lang="zh"))
     return (
+        BookTest("ch. 23 §7",
+                 say("ch27.book.23-7", "Redis dispatch failure: getJob finds nothing, add throws "
+                     "'Redis offline', the real dispatchTasks; the dispatch throws, the task "
+                     "stays WAITING", lang="zh"),
+                 "a dispatch that fails on Redis: the tick raises, the task stays WAITING",
+                 (("23", "§7"), ("23", say("ch27.section.23-exercise-b", "exercise B: how to "
+                                           "strengthen the test", lang="zh"))),
+                 (f"{_DISPATCH}test_redis_dispatch_failure_then_the_next_tick",
+                  f"{_DISPATCH}test_redis_offline_add_keeps_task_waiting_undispatched",
+                  f"{_DISPATCH}test_real_redis_outage_fails_fast_then_recovers_to_download")),
         BookTest(f"§7 1 · {export}",
                  say("ch27.book.7-1-export", "export stalled takeover: A pauses after "
                      "reading, B gets a real stalled claim E2", lang="zh"),
