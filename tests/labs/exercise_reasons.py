@@ -172,6 +172,20 @@ async def _recovery_solution(v: Verdict, context: dict[str, Any]) -> None:
     assert "dispatched_at" in v.facts["mark_first"].detail, str(v)
 
 
+def _budget_reason(*notes: str) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """Q1, P7, D4: a job added with two attempts runs twice and leaves the ledger WAITING
+    (the processor's own budget is three); the next tick fails it. A refusal names each
+    half that is wrong, and only those."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        run = v.facts["run"]
+        assert (run.executions, run.status, run.after_tick) == (2, "WAITING", "FAILED"), str(v)
+        wrong = [n for n in v.notes if n.startswith("✗")]
+        assert [n.split(":")[0] for n in wrong] == list(notes), str(v)
+
+    return reason
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
@@ -190,6 +204,9 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                     "a filter that matches nothing": _filters_empty,
                     "dropping Ben's wish": _filters_dropped},
     "26a.kinds": {"the starter": _kinds_retry_all, "reject everything": _kinds_reject_all},
+    "26a.budget": {"the table's last row": _budget_reason("✗ 3 execution(s)", "✗ FAILED"),
+                   "the queue decides": _budget_reason("✗ FAILED"),
+                   "the solution": _budget_reason()},
     "26c.gate": {"the starter": _gate_starter, "a gate that always rolls back": _gate_wall,
                  "another error than LeaseLost": _gate_other_error},
     "30.drain": {"the starter": _drain_starter,
