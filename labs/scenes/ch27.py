@@ -7,7 +7,8 @@ notebook sections that stage them and our pytest tests (`map_markdown`, in the n
 the course map).
 Exercise A has the learner write the isolation fixture, judged by `judge_isolation`: three
 real tests side by side, then the databases and keys left behind counted; Exercise B asks for
-the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
+the `SCAN` pattern of exactly one task's job keys in a world (`judge_keys`), scanned here and
+in a world opened beside it with a task of the same id. Neither the
 subprocess plumbing nor the judges are what the chapter is about, so they live here.
 """
 
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.i18n import listing, say
 from labs.statements import LAB_QUERIES
 
@@ -125,21 +126,111 @@ def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     return BookRun(tests, run.returncode, run.stdout, run.stderr, used)
 
 
-async def key_pattern_judge(lab: Lab, pattern: str | None) -> Callable[[Any], bool | str]:
-    """The exercise's judge: `pattern` must match exactly this world's keys — what
-    `close()` deletes — and none of another world on the shared Redis (ours: one prefix
-    per world). Scans now; the returned function says what is wrong, if anything."""
-    prefix = lab.settings.queue_prefix
-    mine = {k async for k in lab.redis.scan_iter(match=f"{prefix}:*")}
-    found = set() if pattern is None else {k async for k in lab.redis.scan_iter(match=pattern)}
+# ------------------------------------------------------------------ Exercise B: one task's keys
 
-    def exact(_pattern: Any) -> bool | str:
-        if found - mine:
-            return say("ch27.pattern.other-worlds", "it also matches keys of other worlds (another "
-                       "notebook, a test run)")
-        return (bool(mine) and found == mine) or say("ch27.pattern.misses", "it misses some of "
-                                                     "this world's keys")
-    return exact
+def _is_jobs_key(key: str, settings: Any, task_id: str) -> bool:
+    """Whether `key` is a key of one of `task_id`'s queue jobs in the world of `settings`:
+    `<prefix>:<queue>:<task>-<run>` or a key beside it (`…:<task>-<run>:lock`, …)."""
+    head = f"{settings.queue_prefix}:{settings.queue_name}:"
+    if not key.startswith(head):
+        return False
+    job_id = key[len(head):].split(":", 1)[0]
+    return re.fullmatch(rf"{re.escape(task_id)}-\d+", job_id) is not None
+
+
+def _shown_keys(keys: set[str], settings: Any) -> str:
+    """Two of `keys`, sorted, the world's prefix written `<prefix>` (it is random)."""
+    first = sorted(k.replace(settings.queue_prefix, "<prefix>", 1) for k in keys)
+    return ", ".join(first[:2]) + (", …" if len(first) > 2 else "")
+
+
+async def _pattern_of(fn: Any, settings: Any, task_id: str) -> str | Verdict:
+    """What the learner's function returns for one world, or the verdict on why not."""
+    try:
+        pattern = fn(settings, task_id)
+    except Exception as err:  # the learner's code: an error is a verdict, not a crash
+        return failed(say("ch27.keys.raised", "my_pattern raised {error}", error=first_line(err)))
+    if not isinstance(pattern, str) or not pattern:
+        return failed(say("ch27.keys.not-a-pattern", "my_pattern returned {value!r}: return a "
+                          "SCAN pattern, a string", value=pattern))
+    return pattern
+
+
+async def _matched(client: Any, pattern: str) -> set[str]:
+    return {k async for k in client.scan_iter(match=pattern, count=500)}
+
+
+async def _keys_stage(lab: Lab) -> dict[str, Any]:
+    """What the check cell passes, outside a notebook: a lab with one export dispatched, its
+    job waiting (§2's `mine`)."""
+    task = await lab.request_export({"status": ["OPEN"]})
+    await lab.dispatch()
+    return {"lab": lab, "task_id": task.id}
+
+
+def _whole_queue(settings: Any, task_id: str) -> str:
+    """A plausible wrong answer: the queue's name, but no job id — every key of the queue."""
+    return f"{settings.queue_prefix}:{settings.queue_name}:*"
+
+
+def _task_id_anywhere(settings: Any, task_id: str) -> str:
+    """A plausible wrong answer: the task's id, wherever it is — in any world."""
+    return f"*{task_id}*"
+
+
+@exercise("27.keys", answer="my_pattern", solution="solution_pattern", stage=_keys_stage,
+          wrong={"the whole queue": _whole_queue, "the task id anywhere": _task_id_anywhere})
+async def judge_keys(fn: Any, *, lab: Lab, task_id: str) -> Verdict:
+    """Exercise B: `fn(settings, task_id)` must give the SCAN pattern of exactly the keys of
+    `task_id`'s queue jobs in the world of `settings` — none of the world's other keys (its
+    queue's lists, counter, events) and none of another world's (ours: one prefix per
+    world). Scanned on the shared server, for this lab and for a world opened beside it
+    with an export of the same id (two worlds number their tasks alike), whose prefix the
+    function is asked for too."""
+    from labs.lab import Lab
+
+    if not callable(fn):
+        return failed(say("ch27.keys.not-a-function", "write my_pattern(settings, task_id) as a "
+                          "function that returns the pattern"))
+    mine = await _pattern_of(fn, lab.settings, task_id)
+    if isinstance(mine, Verdict):
+        return mine
+    async with Lab.open("27-keys-beside", settings=lab.settings, tickets=10) as other:
+        theirs = await other.request_export({"status": ["OPEN"]})
+        await other.dispatch()
+        found = await _matched(lab.redis, mine)
+        own = {k for k in found if k.startswith(f"{lab.settings.queue_prefix}:")}
+        jobs = {k async for k in lab.redis.scan_iter(
+            match=f"{lab.settings.queue_prefix}:*") if _is_jobs_key(k, lab.settings, task_id)}
+        beside = await _pattern_of(fn, other.settings, theirs.id)
+        if isinstance(beside, Verdict):
+            return beside
+        found_beside = await _matched(other.redis, beside)
+        jobs_beside = {k for k in found_beside if _is_jobs_key(k, other.settings, theirs.id)}
+    facts = {"pattern": mine, "jobs": len(jobs), "same_id": theirs.id == task_id}
+    problems = []
+    if found - own:
+        problems.append(say("ch27.keys.other-worlds", "it also matches keys of other worlds (the "
+                            "world opened beside this one has a task {task} too: the ids "
+                            "collide, the worlds do not)", task=theirs.id))
+    if own - jobs:
+        problems.append(say("ch27.keys.too-broad", "it also matches keys of this world that are "
+                            "not the task's job: {keys}", keys=_shown_keys(own - jobs,
+                                                                           lab.settings)))
+    if jobs - own:
+        problems.append(say("ch27.keys.misses", "it misses keys of the task's job: {keys}",
+                            keys=_shown_keys(jobs - own, lab.settings)))
+    if not problems and (not jobs_beside or found_beside != jobs_beside):
+        problems.append(say("ch27.keys.not-beside", "asked for the world beside this one (its "
+                            "settings), it does not find exactly its task's job: build the "
+                            "pattern from the arguments, not from this world's values"))
+    if problems:
+        return failed(say("ch27.keys.not-yet", "not yet: {pattern!r}",
+                          pattern=mine.replace(lab.settings.queue_prefix, "<prefix>")),
+                      *problems, **facts)
+    return passed(say("ch27.keys.exact", "exactly the task's job: the prefix keeps other worlds "
+                      "out (the same task id lives beside this one), the queue's name and the job "
+                      "id keep this world's other keys out"), **facts)
 
 
 # ------------------------------------------------------------------ Exercise A: the fixture

@@ -186,6 +186,17 @@ def _budget_reason(*notes: str) -> Callable[[Verdict, dict[str, Any]], Awaitable
     return reason
 
 
+async def _keys_too_broad(v: Verdict, context: dict[str, Any]) -> None:
+    """Ours: the world's or the queue's whole pattern matches this world's other keys."""
+    assert any(n.startswith("it also matches keys of this world") for n in v.notes), str(v)
+
+
+async def _keys_other_worlds(v: Verdict, context: dict[str, Any]) -> None:
+    """Ours, §2: without the prefix the pattern finds the same task id in another world."""
+    assert v.facts["same_id"], str(v)
+    assert any(n.startswith("it also matches keys of other worlds") for n in v.notes), str(v)
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
@@ -212,6 +223,8 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
     "30.drain": {"the starter": _drain_starter,
                  "the right order, exit 0 always": _drain_always_0,
                  "the solution": _drain_solution},
+    "27.keys": {"the starter": _keys_too_broad, "the whole queue": _keys_too_broad,
+                "the task id anywhere": _keys_other_worlds},
     "27.isolation": {"the starter": _isolation_starter,
                      "a shared database": _isolation_shared_database,
                      "a clean-up outside finally": _isolation_outside_finally,
