@@ -19,9 +19,11 @@ Judges are found among the scene modules at run time (as diagnosis cases are,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import pkgutil
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -83,6 +85,78 @@ def stopped_note(err: BaseException) -> str:
     first = (str(err).splitlines() or [""])[0]
     return say("exercises.run-stopped", "the run stopped: {error_type}: {first}",
                error_type=type(err).__name__, first=first)
+
+
+# ---------------------------------------------------------------- a learner's test, run once
+
+@dataclass
+class TestRun:
+    """One run of a learner's test in one world. A judge of a written test runs it in two:
+    one where the rule holds (it must pass) and one with the bug switched on (it must fail,
+    by an assertion: a test that cannot catch the bug is not a test)."""
+
+    __test__ = False  # not a pytest class
+
+    #: The world, as the verdict shows it (in the edition's words).
+    world: str
+    #: "passed", "failed" (an assertion said no), "timed out" (a bounded wait inside the
+    #: test ran out), "errored" (any other exception) or "hung" (the run's bound ran out).
+    outcome: str = "errored"
+    detail: str = ""
+    #: The gates the test left unreleased when it ended ("point for actor").
+    held: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        outcomes = {"passed": say("exercises.outcome.passed", "passed"),
+                    "failed": say("exercises.outcome.failed", "failed"),
+                    "timed out": say("exercises.outcome.timed-out", "timed out"),
+                    "errored": say("exercises.outcome.errored", "errored"),
+                    "hung": say("exercises.outcome.hung", "hung")}
+        line = say("exercises.run.line", "{world}: {outcome}", world=self.world,
+                   outcome=outcomes.get(self.outcome, self.outcome))
+        line += f" — {self.detail}" if self.detail else ""
+        if self.held:
+            line += "\n    " + say("exercises.run.held", "and it left {held} held: release "
+                                   "gates in finally", held=", ".join(self.held))
+        return line
+
+
+async def run_test(run: TestRun, test: Awaitable[Any], *, bound: float) -> TestRun:
+    """Await a learner's test, at most `bound` seconds, and write how it ended into `run`:
+    any exception of the learner's code is an outcome, never a crash of the judge."""
+    try:
+        await asyncio.wait_for(test, bound)
+        run.outcome = "passed"
+    except TimeoutError:
+        run.outcome = "hung"
+        run.detail = say("exercises.still-running-after", "still running after {bound:g} s",
+                         bound=bound)
+    except AssertionError as err:
+        run.outcome = "timed out" if _is_a_wait(err) else "failed"
+        run.detail = first_line(err)
+    except Exception as err:  # the learner's code: any error is a verdict, not a crash
+        run.outcome, run.detail = "errored", first_line(err)
+    return run
+
+
+def first_line(err: BaseException) -> str:
+    """The error's first line; for a bare `assert`, the line that failed."""
+    text = (str(err).splitlines() or [""])[0]
+    if not text:
+        frames = traceback.extract_tb(err.__traceback__)
+        text = (say("exercises.error-at", "at `{line}`", line=frames[-1].line)
+                if frames and frames[-1].line else say("exercises.no-message", "(no message)"))
+    line = f"{type(err).__name__}: {text}"
+    return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
+
+
+def _is_a_wait(err: AssertionError) -> bool:
+    """A bounded wait that ran out (a gate's `GateTimeout`, `lab.wait_for`'s
+    `EventTimeout`): it reports a sync point that never came, not a fact the test
+    asserted."""
+    from teamdesk.testing import EventTimeout, GateTimeout
+
+    return isinstance(err, GateTimeout | EventTimeout)
 
 
 #: A judge: the learner's answer and what the check cell passes, a `Verdict`.

@@ -36,9 +36,9 @@ from teamdesk.db.models import BackgroundTask, Notification, Ticket, TicketEvent
 from teamdesk.tasks.ledger import StatementLog
 from teamdesk.tasks.queue import JOB_NAME, MAX_TASK_ATTEMPTS, task_job_id
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FAST_WORKER", "FakeJob", "Fault", "Gate", "GateTimeout",
-           "Observer", "Recorder", "StatementLog", "age", "enqueue", "reminder_effects",
-           "task_row", "wait_until", "worker_env"]
+__all__ = ["DEFAULT_TIMEOUT_S", "FAST_WORKER", "EventTimeout", "FakeJob", "Fault", "Gate",
+           "GateTimeout", "Observer", "Recorder", "StatementLog", "age", "enqueue",
+           "reminder_effects", "task_row", "wait_until", "worker_env"]
 
 DEFAULT_TIMEOUT_S = 8.0
 
@@ -81,6 +81,12 @@ Observer = Callable[[str, dict[str, Any]], None]
 
 class GateTimeout(AssertionError):
     """A gate was not reached (or not left) in time: the sync point never came."""
+
+
+class EventTimeout(AssertionError):
+    """A worker event did not come in time (`Recorder.wait_for`): the sync point never
+    came. Its own type, so a judge can tell a wait that ran out from a failed assertion
+    in any language."""
 
 
 def _known_point(point: str) -> str:
@@ -285,7 +291,7 @@ class Recorder:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 seen = [(e["kind"], e.get("actor")) for e in self.events]
-                raise AssertionError(self._missing_message(kind, match, timeout, seen))
+                raise EventTimeout(self._missing_message(kind, match, timeout, seen))
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)

@@ -9,6 +9,11 @@ need not read to follow the chapter:
   steps for one WAITING row, run with the product's own add and mark (`Steps`:
   `dispatcher.add_job`, `dispatcher.mark_dispatched`) with Redis up and during a real
   outage of a Redis server of its own (D2, D3, D8);
+- Exercise B's judge (`judge_recovery_test`, exercise `23.test`): the learner's test of
+  "dispatch failed, then recovered" run twice, each time in a world with its own Redis
+  server — handed the product's dispatcher it must pass (having really stopped Redis,
+  dispatched again and seen the task completed), handed `MarkFirst` (a tick in Exercise
+  A's question order, mark then add) it must fail by an assertion (O1, D3, D8);
 - the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
   D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `ascending_scan`, D1);
 - the diagnosis cases `CASES` (`labs.cases`, exercises `case.<name>`): "waiting-dispatched"
@@ -21,7 +26,9 @@ The scenes themselves (the two wrong orders, the gates, the outage) stay in the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,7 +38,7 @@ from sqlalchemy import func, select
 
 from labs import private_redis, statements, tables
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import TestRun, Verdict, exercise, failed, passed, run_test
 from labs.history import History
 from labs.i18n import say
 from labs.lab import fresh_world
@@ -300,6 +307,204 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -
              "the worker ran it {runs} time(s); the task is {status}",
              added=report.added, runs=runs, status=done.status.value))
     found.storm_ok = runs == 1 and done.status.value == "COMPLETED"
+
+
+# ------------------------------------------------------------ Exercise B: the learner's test
+
+async def mark_then_add(row: Any, steps: Steps) -> None:
+    """Exercise A's question order, D3 broken: mark the row dispatched, then add its job."""
+    await steps.mark_dispatched(row)
+    await steps.add_job(row)
+
+
+class MarkFirst:
+    """A dispatcher whose tick marks before it adds: the product's scan (D1), then for each
+    row the product's own two steps (`Steps`) in Exercise A's question order
+    (`mark_then_add`). Called as `lab.dispatch` is — `await dispatch(queue=None)` returns a
+    `DispatchReport`, a failing tick raises — and recorded in the lab's history the same
+    way, so Exercise B's judge can hand a learner's test either one. It does not reconcile
+    (D4): every scanned row is added, as a row without a job would be."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+
+    async def __call__(self, *, queue: Any = None) -> dispatcher.DispatchReport:
+        lab = self.lab
+        lab.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="marks first")
+        try:
+            with lab.routes.acting_as("dispatcher"):
+                async with Ledger(lab.settings.database_url).connection() as conn:
+                    rows = await dispatcher.scan(conn, lab.settings)
+                    report = dispatcher.DispatchReport(scanned=len(rows))
+                    steps = Steps(queue or lab.queue, lab.settings, conn)
+                    for row in rows:
+                        await mark_then_add(row, steps)
+                        report.added += 1
+        except Exception as err:
+            lab.history.add(actor="dispatcher", type="fail", op="dispatch",
+                            detail=f"{type(err).__name__}: {err}")
+            raise
+        lab.history.add(actor="dispatcher", type="ok", op="dispatch", detail=str(report))
+        return report
+
+
+#: Exercise B's two dispatchers: the product's (`lab.dispatch`), and one that marks first.
+RECOVERY_WORLDS = ("product", "mark-first")
+#: Seconds one run of a learner's test may take before it is reported as hanging.
+RECOVERY_BOUND = 30.0
+
+
+def _recovery_world(world: str) -> str:
+    """A world's label in the edition's words."""
+    if world == "product":
+        return say("ch23.b.world.product", "the product's dispatcher")
+    return say("ch23.b.world.mark-first", "a dispatcher that marks before it adds")
+
+
+def _practised(lab: Lab) -> dict[str, bool]:
+    """What the learner's test did in the product's world, read from the lab's history: it
+    really stopped this world's Redis; after Redis was back a tick added a job; after that
+    a worker completed a job."""
+    rows = lab.history.rows
+    faults = [(i, r["detail"]) for i, r in enumerate(rows) if r["op"] == "fault"]
+    stopped = any(d.startswith("redis stopped") for _, d in faults)
+    back = max((i for i, d in faults if d.startswith("redis started")), default=len(rows))
+    added = next((i for i, r in enumerate(rows) if i > back and r["actor"] == "dispatcher"
+                  and r["type"] == "ok" and r["op"] == "dispatch"
+                  and (m := re.search(r"\badded=(\d+)", r["detail"])) and int(m[1]) > 0),
+                 None)
+    completed = added is not None and any(r["type"] == "ok" and r["op"] == "job"
+                                          for r in rows[added:])
+    return {"redis_stopped": stopped, "redispatched": added is not None,
+            "completed": completed}
+
+
+async def _run_recovery_test(test_fn: Any, world: str, *, settings: Any, bound: float
+                             ) -> tuple[TestRun, dict[str, bool]]:
+    """One run of the learner's test in a world of its own with its own Redis server,
+    handed the world's dispatcher; how it ended, and what it practised."""
+    from labs.lab import Lab
+
+    run = TestRun(_recovery_world(world))
+    # A name per world: in a kernel, opening a lab closes an open one of the same name.
+    lab = await Lab.open(f"23-test-judge-{world}", settings=settings, tickets=40,
+                         private_redis=True)
+    try:
+        dispatch = lab.dispatch if world == "product" else MarkFirst(lab)
+        await run_test(run, test_fn(lab, dispatch), bound=bound)
+        return run, _practised(lab)
+    finally:
+        await lab.close(check=False)
+
+
+def _recovery_verdict(product: TestRun, bug: TestRun, practised: dict[str, bool]) -> Verdict:
+    """Exercise B's verdict: the test practises what the chapter's test leaves open (a real
+    outage, a tick after the recovery, a completed task) and passes on the product's
+    dispatcher, and it fails, by an assertion, on the one that marks first."""
+    runs = (str(product), str(bug))
+    facts = {"product": product, "mark_first": bug, **practised}
+    if product.outcome != "passed":
+        return failed(say("ch23.b.product-fails", "with the product's dispatcher your test does "
+                          "not pass: a test must pass where the rule holds"), *runs, **facts)
+    if not practised["redis_stopped"]:
+        return failed(say("ch23.b.never-stopped", "your test never really stopped Redis: the "
+                          "chapter's test already fakes a failing add. Stop this world's own "
+                          "server: `async with private_redis.outage(lab): ...`"), *runs, **facts)
+    if not practised["redispatched"]:
+        return failed(say("ch23.b.no-redispatch", "your test ends before the recovery: once Redis "
+                          "is back, dispatch again — the first tick after the outage must enqueue "
+                          "the task"), *runs, **facts)
+    if not practised["completed"]:
+        return failed(say("ch23.b.not-completed", "after the recovery no worker completed the "
+                          "task: start one and wait (bounded) until the task completes"),
+                      *runs, **facts)
+    if bug.outcome == "passed":
+        return failed(say("ch23.b.passes-mark-first", "your test passes with a dispatcher that "
+                          "marks before it adds too: it cannot catch Exercise A's wrong order — "
+                          "what must dispatched_at be while the add fails?"), *runs, **facts)
+    if bug.outcome != "failed":
+        return failed(say("ch23.b.not-by-assertion", "with the dispatcher that marks first your "
+                          "test did not fail by an assertion: it must catch the bug by what it "
+                          "asserts about the row and the queue, not by a wait that runs out"),
+                      *runs, **facts)
+    return passed(say("ch23.b.is-a-test", "your test is a test: it really stops Redis, passes with "
+                      "the product's dispatcher and catches the one that marks before it adds "
+                      "(O1, D3, D8)"), *runs, **facts)
+
+
+class _Offline:
+    """The chapter's stand-in queue: `getJob` finds nothing, `add` fails as an offline Redis."""
+
+    async def getJob(self, job_id: str) -> None:  # bullmq's camelCase API
+        return None
+
+    async def add(self, name: str, data: Any, opts: dict[str, Any]) -> Any:
+        raise ConnectionError("Redis offline")
+
+    async def remove(self, job_id: str, opts: dict[str, Any] | None = None) -> int:
+        return 0
+
+
+async def _the_chapters_test(lab: Any, dispatch: Any) -> None:
+    """A plausible wrong answer: the chapter's test as it stands — the stand-in queue handed
+    to the dispatcher; the tick raises and the task is still WAITING."""
+    x = await lab.request_export({"status": ["OPEN"]})
+    try:
+        await dispatch(queue=_Offline())
+        raised = False
+    except ConnectionError:
+        raised = True
+    assert raised
+    assert (await lab.task(x.id)).status == "WAITING"
+
+
+async def _never_after(lab: Any, dispatch: Any) -> None:
+    """A plausible wrong answer: a real outage and the right check of the row — and nothing
+    after Redis is back."""
+    x = await lab.request_export({"status": ["OPEN"]})
+    async with private_redis.outage(lab):
+        with contextlib.suppress(Exception):
+            await dispatch()
+        during = await lab.task(x.id)
+    assert (during.status, during.dispatched_at) == ("WAITING", None)
+
+
+async def _only_the_ending(lab: Any, dispatch: Any) -> None:
+    """A plausible wrong answer: a real outage, a tick after it, a completed task — and no
+    look at the row while the add failed: with the dispatcher that marks first, only the
+    wait for the completion runs out."""
+    x = await lab.request_export({"status": ["OPEN"]})
+    async with private_redis.outage(lab):
+        with contextlib.suppress(Exception):
+            await dispatch()
+    await dispatch()
+    await lab.start_worker("W")
+    await lab.wait_for("completed", task_id=x.id, timeout=3)
+    assert (await lab.task(x.id)).status == "COMPLETED"
+
+
+@exercise("23.test", answer="my_test", solution="solution_test",
+          wrong={"the chapter's test as it stands": _the_chapters_test,
+                 "nothing after the recovery": _never_after,
+                 "no look at the row during the outage": _only_the_ending})
+async def judge_recovery_test(test_fn: Any, *, settings: Any = None,
+                              bound: float = RECOVERY_BOUND) -> Verdict:
+    """Exercise B: run `test_fn(lab, dispatch)` twice, each time in a world of its own with
+    its own Redis server (`private_redis`): handed the product's dispatcher
+    (`lab.dispatch`), it must pass — and really stop Redis, dispatch again after the
+    outage and see the task completed; handed `MarkFirst`, it must fail by an assertion
+    (O1, D3, D8). Each run is bounded by `bound` seconds."""
+    if not inspect.iscoroutinefunction(test_fn):
+        return failed(say("ch23.b.write-async-def", "write it as `async def my_test(lab, "
+                          "dispatch): ...` (the dispatcher under test is awaited)"))
+    from devkit import services
+
+    settings = await asyncio.to_thread(services.resolve_settings, settings)
+    # The two worlds share nothing (own database, own prefix, own Redis): side by side.
+    (product, practised), (bug, _) = await asyncio.gather(*(
+        _run_recovery_test(test_fn, world, settings=settings, bound=bound)
+        for world in RECOVERY_WORLDS))
+    return _recovery_verdict(product, bug, practised)
 
 
 # ------------------------------------------------------------ §5: the tick loop (D8)

@@ -3,7 +3,9 @@
 §3 follows one failure field by field, choosing `attemptsMade` ourselves: the book does it
 with a `FakeJob` in its unit-level tests, and so do we (`teamdesk.testing.FakeJob`). The
 processor, the lease and the ledger stay real; only the queue's job object is a stand-in, so
-what the cell shows is the product's own classification of each attempt (P4, P7, I3).
+what the cell shows is the product's own classification of each attempt (P4, P7, I3). Its
+exercise (`26a.budget`, judged by `judge_budget`) changes the budget the table used: a job
+added with two attempts, run for real by a worker, then one dispatcher tick (Q1, P7, D4).
 Exercise E (retry or reject) is judged the same way, through the real processor: exercise
 `26a.kinds` of `labs.exercises`.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labs import fonts
@@ -53,17 +56,104 @@ async def after_execution(lab: Lab, task_id: str, attempts_made: int, raised: st
                 raised=raised, last_error=r.last_error)
 
 
-async def execution_status(lab: Lab, ctx: TaskContext, attempts_made: int,
-                           tried: dict[int, str]) -> str:
-    """The exercise of §3: a *new* export, one stand-in execution with `attempts_made`
-    whose queue reports all fail; the ledger status it leaves (WAITING or FAILED, P7).
-    Remembered in `tried` per number, so a check cell run again executes nothing new."""
-    if attempts_made not in tried:
-        t = await lab.request_export({"status": ["OPEN"]}, user="ben")
-        job = FakeJob(t.id, attempts_made=attempts_made, fail_at=every_report)
-        await raised_by(process_task(job, None, ctx))
-        tried[attempts_made] = (await lab.task(t.id)).status.value
-    return tried[attempts_made]
+# ---------------------------------------------------------------- §3's exercise: another budget
+
+#: The attempts a job of §3's exercise is added with: not the queue's default (Q1: 3),
+#: and not the processor's own budget (`MAX_TASK_ATTEMPTS`).
+JOB_BUDGET = 2
+STATUSES = ("WAITING", "RUNNING", "COMPLETED", "FAILED")
+T = 8.0  # seconds: the bound on every wait of the judge
+
+
+@dataclass(frozen=True)
+class BudgetRun:
+    """What one real run of §3's exercise showed: a new export added with
+    `attempts: JOB_BUDGET`, its read failing on every execution, a real worker."""
+
+    #: Executions (claims) of the task until the queue gave up on the job.
+    executions: int
+    #: The ledger's status and `last_error` right then.
+    status: str
+    last_error: str | None
+    #: The next dispatcher tick's report, and the ledger's status after it (D4).
+    tick: str
+    after_tick: str
+
+
+async def budget_run(settings: Any, stopped: list[str]) -> BudgetRun | None:
+    """§3's exercise for real, in a world of its own with the lab's short backoff: a new
+    export whose read fails on every execution (a fault at `export.after_read`), added
+    with `attempts: JOB_BUDGET` in its job options and run by a real worker until the
+    queue gives up (`failed`, exhausted); then one dispatcher tick (D4's failed branch).
+    None, with a note in `stopped`, when a bounded wait ran out."""
+    from labs.lab import fresh_world
+
+    async with fresh_world("26a-budget-judge", stopped, settings=settings, tickets=40,
+                           backoff_delay_ms=30) as lab:
+        task = await lab.request_export({"status": ["OPEN"]}, user="ben")
+        lab.fault("export.after_read", OSError("connection reset while reading"),
+                  times=MAX_TASK_ATTEMPTS + 1, when=lambda ctx: ctx["task_id"] == task.id)
+        await lab.start_worker("W")
+        await lab.enqueue(task.id, attempts=JOB_BUDGET)
+        await lab.wait_for("failed", task_id=task.id, where=lambda e: e["exhausted"],
+                           timeout=T)
+        row = await lab.task(task.id)
+        executions = len(lab.history.of(task_id=task.id, type="ok", op="claim"))
+        report = await lab.dispatch()
+        return BudgetRun(executions, row.status.value, row.last_error, str(report),
+                         (await lab.task(task.id)).status.value)
+    return None
+
+
+def _budget_shown(run: BudgetRun) -> list[str]:
+    """What the run showed, one line each."""
+    return [say("ch26a.budget.ran", "the queue ran the job {n} time(s) and gave up (its "
+                "attempts: {budget}); the ledger then said {status}: {last_error!r}",
+                n=run.executions, budget=JOB_BUDGET, status=run.status,
+                last_error=run.last_error),
+            say("ch26a.budget.tick", "the next dispatcher tick: {report} → {status} (D4)",
+                report=run.tick, status=run.after_tick)]
+
+
+@exercise("26a.budget", answer=("my_executions", "my_status"),
+          solution=("solution_executions", "solution_status"),
+          wrong={"the table's last row": (3, "FAILED"), "the queue decides": (2, "FAILED")})
+async def judge_budget(answer: Any, *, settings: Any = None) -> Verdict:
+    """§3's exercise: how many times an export added with `attempts: JOB_BUDGET` runs
+    before the queue gives up, and the ledger's status then — compared with a real run
+    (`budget_run`). Two budgets meet: the queue's, stamped on the job, decides how often
+    the job is delivered (Q1); the processor's, `MAX_TASK_ATTEMPTS`, decides when an
+    execution is final (P7)."""
+    executions, status = answer
+    if isinstance(executions, bool) or not isinstance(executions, int) or executions < 1:
+        return failed(say("ch26a.budget.count", "my_executions is a number of executions: "
+                          "an int, 1 or more"))
+    if status not in STATUSES:
+        return failed(say("ch26a.budget.status", "my_status is one of {statuses}",
+                          statuses=", ".join(STATUSES)))
+    stopped: list[str] = []
+    run = await budget_run(settings, stopped)
+    if run is None:
+        return failed(say("ch26a.budget.no-run", "the run did not finish:"), *stopped)
+    facts = {"run": run, "executions": executions, "status": status}
+    notes = []
+    if executions != run.executions:
+        notes.append(say("ch26a.budget.wrong-count", "✗ {n} execution(s): the queue delivers a "
+                         "job as often as the job's own options say (Q1), and this job says "
+                         "attempts: {budget}", n=executions, budget=JOB_BUDGET))
+    if status != run.status:
+        notes.append(say("ch26a.budget.wrong-status", "✗ {status}: after a failed execution "
+                         "the processor writes WAITING or FAILED through its lease (P7), FAILED "
+                         "only when attemptsMade + 1 reaches its own budget, MAX_TASK_ATTEMPTS "
+                         "({max}), which the job's options do not change", status=status,
+                         max=MAX_TASK_ATTEMPTS))
+    if notes:
+        return failed(say("ch26a.budget.not-yet", "not what happened:"), *notes,
+                      *_budget_shown(run), **facts)
+    return passed(say("ch26a.budget.holds", "two budgets: the queue gave up after the job's "
+                      "{budget} attempts, while the processor, counting to {max}, had written "
+                      "WAITING — only the dispatcher's next tick ended the task (Q1, P7, D4)",
+                      budget=JOB_BUDGET, max=MAX_TASK_ATTEMPTS), *_budget_shown(run), **facts)
 
 
 def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:

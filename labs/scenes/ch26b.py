@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import TestRun, Verdict, exercise, failed, passed, run_test
 from labs.fences import where_fence
 from labs.i18n import say
 from labs.lab import fresh_world
@@ -185,41 +184,10 @@ WORLDS = (("the product", None), ("the status-only guard for A", "status-only-gu
 BOUND = 30.0
 
 
-def _shown() -> dict[str, str]:
-    """The worlds' labels and a run's outcomes in the edition's words (shown, not compared)."""
+def _worlds_shown() -> dict[str, str]:
+    """The worlds' labels in the edition's words (shown, not compared)."""
     return {"the product": say("ch26b.world.product", "the product"),
-            "the status-only guard for A": say("ch26b.world.guard", "the status-only guard for A"),
-            "passed": say("ch26b.outcome.passed", "passed"),
-            "failed": say("ch26b.outcome.failed", "failed"),
-            "timed out": say("ch26b.outcome.timed-out", "timed out"),
-            "errored": say("ch26b.outcome.errored", "errored"),
-            "hung": say("ch26b.outcome.hung", "hung")}
-
-
-@dataclass
-class TestRun:
-    """One run of a learner's test in one world."""
-
-    __test__ = False  # not a pytest class
-
-    world: str
-    #: "passed", "failed" (an assertion said no), "timed out" (a bounded wait inside the
-    #: test ran out), "errored" (any other exception) or "hung" (the run's bound ran out).
-    outcome: str = "errored"
-    detail: str = ""
-    #: The gates the test left unreleased when it ended ("point for actor").
-    held: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        shown = _shown()
-        line = say("ch26b.run.line", "{world}: {outcome}",
-                   world=shown.get(self.world, self.world),
-                   outcome=shown.get(self.outcome, self.outcome))
-        line += f" — {self.detail}" if self.detail else ""
-        if self.held:
-            line += "\n    " + say("ch26b.run.held", "and it left {held} held: release gates in "
-                                   "finally", held=", ".join(self.held))
-        return line
+            "the status-only guard for A": say("ch26b.world.guard", "the status-only guard for A")}
 
 
 def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
@@ -247,48 +215,19 @@ def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
                       "catches the status-only guard (P3, P5, P6)"), *runs, **facts)
 
 
-def _first_line(err: BaseException) -> str:
-    """The error's first line; for a bare `assert`, the line that failed."""
-    text = (str(err).splitlines() or [""])[0]
-    if not text:
-        frames = traceback.extract_tb(err.__traceback__)
-        text = (say("ch26b.error-at", "at `{line}`", line=frames[-1].line)
-                if frames and frames[-1].line else say("ch26b.no-message", "(no message)"))
-    line = f"{type(err).__name__}: {text}"
-    return line if len(line) <= 160 else line[:159].rsplit(" ", 1)[0] + " …"
-
-
-def _is_a_wait(err: AssertionError) -> bool:
-    """A bounded wait of the lab that ran out (`GateTimeout`, `lab.wait_for`): it reports a
-    sync point that never came, not a fact the test asserted."""
-    from labs.gates import GateTimeout
-
-    return isinstance(err, GateTimeout) or str(err).startswith("no '")
-
-
 async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: Any,
                     bound: float) -> TestRun:
     from labs.gates import Gate
     from labs.lab import Lab
 
-    run = TestRun(world)
+    run = TestRun(_worlds_shown()[world])
     # A name per world: in a kernel, opening a lab closes an open one of the same name.
     lab = await Lab.open(f"26b-test-judge-{'guard' if bug else 'product'}",
                          settings=settings, tickets=40)
     try:
         if bug is not None:
             lab.counterexample(bug, actor="A")
-        try:
-            await asyncio.wait_for(test_fn(lab), bound)
-            run.outcome = "passed"
-        except TimeoutError:
-            run.outcome, run.detail = "hung", say("ch26b.still-running-after", "still running "
-                                                  "after {bound:g} s", bound=bound)
-        except AssertionError as err:
-            run.outcome = "timed out" if _is_a_wait(err) else "failed"
-            run.detail = _first_line(err)
-        except Exception as err:  # the learner's code: any error is a verdict, not a crash
-            run.outcome, run.detail = "errored", _first_line(err)
+        await run_test(run, test_fn(lab), bound=bound)
         run.held = [f"{g.point} for {g.actor or 'anyone'}" for g in lab.gates
                     if isinstance(g, Gate) and not g.is_released]
     finally:

@@ -1,12 +1,14 @@
 """Scene helpers of `notebooks/27-test-isolation.ipynb` (ch. 27, inferred).
 
-§4 runs the book's four named tests (ch. 26 §8) from a cell, in one pytest process, and
-reads from pytest's `--setup-show` lines which isolation each test relied on.
-`BOOK_TEST_MAP` maps the book's nine tests of ch. 26 §7–§8 to the notebook sections that
-stage them and our pytest tests (`map_markdown`, in the notebook and the course map).
+§4 runs the book's five named tests (ch. 26 §8's four, ch. 23 §7's one) from a cell, in one
+pytest process, and reads from pytest's `--setup-show` lines which isolation each test
+relied on. `BOOK_TEST_MAP` maps the book's tests of ch. 23 §7 and ch. 26 §7–§8 to the
+notebook sections that stage them and our pytest tests (`map_markdown`, in the notebook and
+the course map).
 Exercise A has the learner write the isolation fixture, judged by `judge_isolation`: three
 real tests side by side, then the databases and keys left behind counted; Exercise B asks for
-the `SCAN` pattern of exactly this world's keys (`key_pattern_judge`). Neither the
+the `SCAN` pattern of exactly one task's job keys in a world (`judge_keys`), scanned here and
+in a world opened beside it with a task of the same id. Neither the
 subprocess plumbing nor the judges are what the chapter is about, so they live here.
 """
 
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.i18n import listing, say
 from labs.statements import LAB_QUERIES
 
@@ -72,7 +74,7 @@ class BookRun:
 
     @property
     def summary_line(self) -> str:
-        """pytest's last line, e.g. "4 passed in 3.64s"."""
+        """pytest's last line, e.g. "5 passed in 3.64s"."""
         lines = self.stdout.strip().splitlines()
         return lines[-1].strip("= ") if lines else ""
 
@@ -97,8 +99,10 @@ class BookRun:
 
     @property
     def redis_users(self) -> int:
-        """How many of the tests asked for a queue of their own in Redis."""
-        return sum(_uses(line, f) for line in self.used.values() for f in ("redis", "queue"))
+        """How many of the tests asked for a queue of their own in Redis (the `redis` or
+        the `queue` fixture, or both: one test counts once)."""
+        return sum(any(_uses(line, f) for f in ("redis", "queue"))
+                   for line in self.used.values())
 
     @property
     def all_passed(self) -> bool:
@@ -108,7 +112,7 @@ class BookRun:
 
 def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     """Run `tests` (paths under tests/integration/) in one pytest process — one process
-    start instead of four keeps the notebook fast — with `-v --setup-show`, so each test's
+    start instead of one per test keeps the notebook fast — with `-v --setup-show`, so each test's
     line names the fixtures it used. Each test still gets its own clone and prefix from
     its `settings` fixture."""
     root = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").exists())
@@ -122,21 +126,111 @@ def run_book_tests(tests: dict[str, str], timeout: float = 120) -> BookRun:
     return BookRun(tests, run.returncode, run.stdout, run.stderr, used)
 
 
-async def key_pattern_judge(lab: Lab, pattern: str | None) -> Callable[[Any], bool | str]:
-    """The exercise's judge: `pattern` must match exactly this world's keys — what
-    `close()` deletes — and none of another world on the shared Redis (ours: one prefix
-    per world). Scans now; the returned function says what is wrong, if anything."""
-    prefix = lab.settings.queue_prefix
-    mine = {k async for k in lab.redis.scan_iter(match=f"{prefix}:*")}
-    found = set() if pattern is None else {k async for k in lab.redis.scan_iter(match=pattern)}
+# ------------------------------------------------------------------ Exercise B: one task's keys
 
-    def exact(_pattern: Any) -> bool | str:
-        if found - mine:
-            return say("ch27.pattern.other-worlds", "it also matches keys of other worlds (another "
-                       "notebook, a test run)")
-        return (bool(mine) and found == mine) or say("ch27.pattern.misses", "it misses some of "
-                                                     "this world's keys")
-    return exact
+def _is_jobs_key(key: str, settings: Any, task_id: str) -> bool:
+    """Whether `key` is a key of one of `task_id`'s queue jobs in the world of `settings`:
+    `<prefix>:<queue>:<task>-<run>` or a key beside it (`…:<task>-<run>:lock`, …)."""
+    head = f"{settings.queue_prefix}:{settings.queue_name}:"
+    if not key.startswith(head):
+        return False
+    job_id = key[len(head):].split(":", 1)[0]
+    return re.fullmatch(rf"{re.escape(task_id)}-\d+", job_id) is not None
+
+
+def _shown_keys(keys: set[str], settings: Any) -> str:
+    """Two of `keys`, sorted, the world's prefix written `<prefix>` (it is random)."""
+    first = sorted(k.replace(settings.queue_prefix, "<prefix>", 1) for k in keys)
+    return ", ".join(first[:2]) + (", …" if len(first) > 2 else "")
+
+
+async def _pattern_of(fn: Any, settings: Any, task_id: str) -> str | Verdict:
+    """What the learner's function returns for one world, or the verdict on why not."""
+    try:
+        pattern = fn(settings, task_id)
+    except Exception as err:  # the learner's code: an error is a verdict, not a crash
+        return failed(say("ch27.keys.raised", "my_pattern raised {error}", error=first_line(err)))
+    if not isinstance(pattern, str) or not pattern:
+        return failed(say("ch27.keys.not-a-pattern", "my_pattern returned {value!r}: return a "
+                          "SCAN pattern, a string", value=pattern))
+    return pattern
+
+
+async def _matched(client: Any, pattern: str) -> set[str]:
+    return {k async for k in client.scan_iter(match=pattern, count=500)}
+
+
+async def _keys_stage(lab: Lab) -> dict[str, Any]:
+    """What the check cell passes, outside a notebook: a lab with one export dispatched, its
+    job waiting (§2's `mine`)."""
+    task = await lab.request_export({"status": ["OPEN"]})
+    await lab.dispatch()
+    return {"lab": lab, "task_id": task.id}
+
+
+def _whole_queue(settings: Any, task_id: str) -> str:
+    """A plausible wrong answer: the queue's name, but no job id — every key of the queue."""
+    return f"{settings.queue_prefix}:{settings.queue_name}:*"
+
+
+def _task_id_anywhere(settings: Any, task_id: str) -> str:
+    """A plausible wrong answer: the task's id, wherever it is — in any world."""
+    return f"*{task_id}*"
+
+
+@exercise("27.keys", answer="my_pattern", solution="solution_pattern", stage=_keys_stage,
+          wrong={"the whole queue": _whole_queue, "the task id anywhere": _task_id_anywhere})
+async def judge_keys(fn: Any, *, lab: Lab, task_id: str) -> Verdict:
+    """Exercise B: `fn(settings, task_id)` must give the SCAN pattern of exactly the keys of
+    `task_id`'s queue jobs in the world of `settings` — none of the world's other keys (its
+    queue's lists, counter, events) and none of another world's (ours: one prefix per
+    world). Scanned on the shared server, for this lab and for a world opened beside it
+    with an export of the same id (two worlds number their tasks alike), whose prefix the
+    function is asked for too."""
+    from labs.lab import Lab
+
+    if not callable(fn):
+        return failed(say("ch27.keys.not-a-function", "write my_pattern(settings, task_id) as a "
+                          "function that returns the pattern"))
+    mine = await _pattern_of(fn, lab.settings, task_id)
+    if isinstance(mine, Verdict):
+        return mine
+    async with Lab.open("27-keys-beside", settings=lab.settings, tickets=10) as other:
+        theirs = await other.request_export({"status": ["OPEN"]})
+        await other.dispatch()
+        found = await _matched(lab.redis, mine)
+        own = {k for k in found if k.startswith(f"{lab.settings.queue_prefix}:")}
+        jobs = {k async for k in lab.redis.scan_iter(
+            match=f"{lab.settings.queue_prefix}:*") if _is_jobs_key(k, lab.settings, task_id)}
+        beside = await _pattern_of(fn, other.settings, theirs.id)
+        if isinstance(beside, Verdict):
+            return beside
+        found_beside = await _matched(other.redis, beside)
+        jobs_beside = {k for k in found_beside if _is_jobs_key(k, other.settings, theirs.id)}
+    facts = {"pattern": mine, "jobs": len(jobs), "same_id": theirs.id == task_id}
+    problems = []
+    if found - own:
+        problems.append(say("ch27.keys.other-worlds", "it also matches keys of other worlds (the "
+                            "world opened beside this one has a task {task} too: the ids "
+                            "collide, the worlds do not)", task=theirs.id))
+    if own - jobs:
+        problems.append(say("ch27.keys.too-broad", "it also matches keys of this world that are "
+                            "not the task's job: {keys}", keys=_shown_keys(own - jobs,
+                                                                           lab.settings)))
+    if jobs - own:
+        problems.append(say("ch27.keys.misses", "it misses keys of the task's job: {keys}",
+                            keys=_shown_keys(jobs - own, lab.settings)))
+    if not problems and (not jobs_beside or found_beside != jobs_beside):
+        problems.append(say("ch27.keys.not-beside", "asked for the world beside this one (its "
+                            "settings), it does not find exactly its task's job: build the "
+                            "pattern from the arguments, not from this world's values"))
+    if problems:
+        return failed(say("ch27.keys.not-yet", "not yet: {pattern!r}",
+                          pattern=mine.replace(lab.settings.queue_prefix, "<prefix>")),
+                      *problems, **facts)
+    return passed(say("ch27.keys.exact", "exactly the task's job: the prefix keeps other worlds "
+                      "out (the same task id lives beside this one), the queue's name and the job "
+                      "id keep this world's other keys out"), **facts)
 
 
 # ------------------------------------------------------------------ Exercise A: the fixture
@@ -357,10 +451,12 @@ async def judge_isolation(fixture: Any, *, base: Any, timeout: float = 60) -> Ve
 
 @dataclass(frozen=True)
 class BookTest:
-    """One test the book describes (ch. 26 §7's six real-worker tests, §8's three reminder
-    tests), where a notebook stages it, and the pytest tests of ours that prove it."""
+    """One test the book describes (ch. 23 §7's dispatch failure, ch. 26 §7's six
+    real-worker tests, §8's three reminder tests), where a notebook stages it, and the
+    pytest tests of ours that prove it."""
 
-    #: "§7 1 · export", "§8 2", …: the book's section and its number in the list.
+    #: "ch. 23 §7", "§7 1 · export", "§8 2", …: the book's section (ch. 26 unless named)
+    #: and its number in the list.
     book: str
     #: The book's own words, briefly (Chinese), and an English line.
     name: str
@@ -371,17 +467,29 @@ class BookTest:
     tests: tuple[str, ...]
 
 
+_DISPATCH = "tests/integration/test_dispatch_redis_faults.py::"
 _REAL = "tests/integration/test_worker_real.py::"
 _RECOVERY = "tests/integration/test_worker_recovery.py::"
 _RACES = "tests/integration/test_processor_races.py::"
 
 def book_test_map() -> tuple[BookTest, ...]:
-    """The book's nine tests (`BOOK_TEST_MAP`). The book's own words are quoted in Chinese
+    """The book's ten tests (`BOOK_TEST_MAP`): ch. 23 §7's, then ch. 26 §7–§8's nine. The
+    book's own words are quoted in Chinese
     in both editions, so they are read from the harness catalogue with `lang="zh"`, each
     under an English gloss; built on first use, since that reads the catalogue."""
     export, reminder = (say("ch27.book.export", "export", lang="zh"),
                         say("ch27.book.reminder", "reminder", lang="zh"))
     return (
+        BookTest("ch. 23 §7",
+                 say("ch27.book.23-7", "Redis dispatch failure: getJob finds nothing, add throws "
+                     "'Redis offline', the real dispatchTasks; the dispatch throws, the task "
+                     "stays WAITING", lang="zh"),
+                 "a dispatch that fails on Redis: the tick raises, the task stays WAITING",
+                 (("23", "§7"), ("23", say("ch27.section.23-exercise-b", "exercise B: how to "
+                                           "strengthen the test", lang="zh"))),
+                 (f"{_DISPATCH}test_redis_dispatch_failure_then_the_next_tick",
+                  f"{_DISPATCH}test_redis_offline_add_keeps_task_waiting_undispatched",
+                  f"{_DISPATCH}test_real_redis_outage_fails_fast_then_recovers_to_download")),
         BookTest(f"§7 1 · {export}",
                  say("ch27.book.7-1-export", "export stalled takeover: A pauses after "
                      "reading, B gets a real stalled claim E2", lang="zh"),

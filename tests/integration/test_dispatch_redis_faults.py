@@ -3,14 +3,15 @@ D8; X2, W1).
 
 Proves what the book's one fake leaves open: with the book's "Redis offline" queue the tick
 raises, the task stays WAITING with `dispatched_at` NULL and the round ends before its
-clean-ups (D3, D8); against the real server stopped, a loop tick fails within seconds as a
-logged dispatch fault with the ledger unchanged, and once Redis is back a later tick
-enqueues the job, the product's worker runs it and the download holds exactly the
-matching tickets (D1–D3, D8, W1, X2); a hung server (SIGSTOP) fails the tick after
-`redis_timeout_s` with a readable `QueueTimeout` (D8); and a whole prefix lost after
-dispatch is repaired by the next rescan, a task completed meanwhile not re-added (D1, D4,
-D5). The real outages pause or stop the embedded Redis, so they are skipped against a
-server given by `REDIS_URL`.
+clean-ups (D3, D8); the book's named test ("Redis 投递失败") with the real queue, its add
+failing at the probe before it, and the next tick enqueueing the job (D1–D3, D8); against
+the real server stopped, a loop tick fails within seconds as a logged dispatch fault with
+the ledger unchanged, and once Redis is back a later tick enqueues the job, the product's
+worker runs it and the download holds exactly the matching tickets (D1–D3, D8, W1, X2); a
+hung server (SIGSTOP) fails the tick after `redis_timeout_s` with a readable `QueueTimeout`
+(D8); and a whole prefix lost after dispatch is repaired by the next rescan, a task
+completed meanwhile not re-added (D1, D4, D5). The real outages pause or stop the embedded
+Redis, so they are skipped against a server given by `REDIS_URL`.
 """
 
 from __future__ import annotations
@@ -84,6 +85,32 @@ async def test_redis_offline_add_keeps_task_waiting_undispatched(settings, sessi
     row = await task_row(sessions, task_id)
     assert (row["status"], row["dispatched_at"]) == (TaskStatus.WAITING, None)
     assert (await task_row(sessions, stale))["status"] is TaskStatus.RUNNING
+
+
+async def test_redis_dispatch_failure_then_the_next_tick(
+        settings, sessions, demo, queue, gates):
+    """The book's named test 'Redis 投递失败' (ch. 23 §7), with real parts: an export requested
+    through the service (O1), the real dispatcher on this test's own queue, and an add that
+    fails as an offline Redis does ("Redis offline", raised at the probe right before the
+    add, `dispatch.before_add`: the suite's seam for it, harmless to the shared server) →
+    the tick raises, the task stays WAITING with `dispatched_at` NULL and no job in the queue
+    (D3, D8). Then what the book leaves open: the next tick enqueues the job and marks the row
+    (D1, D2, D3)."""
+    async with sessions() as s:
+        task = await exports.request_export(s, "acme", "ben", {"status": ["OPEN"]})
+    offline = gates.fault("dispatch.before_add", RedisConnectionError("Redis offline"))
+    with pytest.raises(RedisConnectionError, match="Redis offline"):
+        await dispatch_tasks(queue, settings)
+    assert offline.fired == 1
+    row = await task_row(sessions, task.id)
+    assert (row["status"], row["dispatched_at"]) == (TaskStatus.WAITING, None)
+    assert await job_state(queue, task.id) is None
+
+    report = await dispatch_tasks(queue, settings)  # the fault fired once: Redis is back
+    assert (report.scanned, report.added) == (1, 1)
+    row = await task_row(sessions, task.id)
+    assert row["status"] is TaskStatus.WAITING and row["dispatched_at"] is not None
+    assert await job_state(queue, task.id) == "waiting"
 
 
 @EMBEDDED_REDIS

@@ -150,20 +150,81 @@ async def _gate_other_error(v: Verdict, context: dict[str, Any]) -> None:
     assert v.facts["rolled_back"] and "raise LeaseLost" in str(v), str(v)
 
 
+def _recovery_reason(*, stopped: bool, redispatched: bool, mark_first: str
+                     ) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """O1, D3, D8: what a test of "dispatch failed, then recovered" practised with the
+    product's dispatcher (a real outage, a tick after it), and how it ended with the one
+    that marks first."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        facts = v.facts
+        assert facts["product"].outcome == "passed", str(v)
+        assert (facts["redis_stopped"], facts["redispatched"]) == (stopped, redispatched), str(v)
+        assert facts["mark_first"].outcome == mark_first, str(v)
+
+    return reason
+
+
+async def _recovery_solution(v: Verdict, context: dict[str, Any]) -> None:
+    """D3: with the dispatcher that marks first, the solution fails on `dispatched_at`, inside
+    the outage."""
+    assert v.facts["completed"], str(v)
+    assert "dispatched_at" in v.facts["mark_first"].detail, str(v)
+
+
+def _budget_reason(*notes: str) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """Q1, P7, D4: a job added with two attempts runs twice and leaves the ledger WAITING
+    (the processor's own budget is three); the next tick fails it. A refusal names each
+    half that is wrong, and only those."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        run = v.facts["run"]
+        assert (run.executions, run.status, run.after_tick) == (2, "WAITING", "FAILED"), str(v)
+        wrong = [n for n in v.notes if n.startswith("✗")]
+        assert [n.split(":")[0] for n in wrong] == list(notes), str(v)
+
+    return reason
+
+
+async def _keys_too_broad(v: Verdict, context: dict[str, Any]) -> None:
+    """Ours: the world's or the queue's whole pattern matches this world's other keys."""
+    assert any(n.startswith("it also matches keys of this world") for n in v.notes), str(v)
+
+
+async def _keys_other_worlds(v: Verdict, context: dict[str, Any]) -> None:
+    """Ours, §2: without the prefix the pattern finds the same task id in another world."""
+    assert v.facts["same_id"], str(v)
+    assert any(n.startswith("it also matches keys of other worlds") for n in v.notes), str(v)
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
                  "add, never mark": _order_reason(lost=False, calm_ok=False)},
+    "23.test": {"the starter": _recovery_reason(stopped=True, redispatched=False,
+                                                mark_first="passed"),
+                "the chapter's test as it stands": _recovery_reason(
+                    stopped=False, redispatched=False, mark_first="passed"),
+                "nothing after the recovery": _recovery_reason(
+                    stopped=True, redispatched=False, mark_first="failed"),
+                "no look at the row during the outage": _recovery_reason(
+                    stopped=True, redispatched=True, mark_first="timed out"),
+                "the solution": _recovery_solution},
     "24.stale": {"the starter": _stale_starter, "never stale": _stale_never},
     "25.narrowed": {"the starter": _filters_too_many, "an invalid status": _filters_invalid,
                     "a filter that matches nothing": _filters_empty,
                     "dropping Ben's wish": _filters_dropped},
     "26a.kinds": {"the starter": _kinds_retry_all, "reject everything": _kinds_reject_all},
+    "26a.budget": {"the table's last row": _budget_reason("✗ 3 execution(s)", "✗ FAILED"),
+                   "the queue decides": _budget_reason("✗ FAILED"),
+                   "the solution": _budget_reason()},
     "26c.gate": {"the starter": _gate_starter, "a gate that always rolls back": _gate_wall,
                  "another error than LeaseLost": _gate_other_error},
     "30.drain": {"the starter": _drain_starter,
                  "the right order, exit 0 always": _drain_always_0,
                  "the solution": _drain_solution},
+    "27.keys": {"the starter": _keys_too_broad, "the whole queue": _keys_too_broad,
+                "the task id anywhere": _keys_other_worlds},
     "27.isolation": {"the starter": _isolation_starter,
                      "a shared database": _isolation_shared_database,
                      "a clean-up outside finally": _isolation_outside_finally,

@@ -19,6 +19,8 @@ from tests.labs.test_exercises import NOTEBOOKS, _assigned
 async def test_23_judge_says_what_to_write_for_a_plain_function():
     verdict = await ch23.judge_order(lambda row, steps: None)
     assert not verdict.ok and "async def" in str(verdict)
+    verdict = await ch23.judge_recovery_test(lambda lab, dispatch: None)
+    assert not verdict.ok and "async def" in str(verdict)
 
 
 @pytest.mark.parametrize(("name", "right", "wrong"), [
@@ -48,12 +50,17 @@ async def test_23_cases_are_staged_for_real_and_judged(service_settings, name, r
 
 
 def test_the_exercise_helpers_read_the_notebooks():
-    """The 23 starter holds the question's order, not the answer: it marks before it adds."""
+    """The 23 starters hold no answer: exercise A's marks before it adds (the question's
+    order), exercise B's test asserts nothing yet."""
     cells = json.loads((NOTEBOOKS / "23-outbox.ipynb").read_text(encoding="utf-8"))["cells"]
     [starter] = ["".join(c["source"]) for c in cells
                  if "exercise" in c["metadata"].get("tags", []) and "my_dispatch_one" in
                  "".join(c["source"])]
     assert starter.index("mark_dispatched") < starter.index("add_job")
+    [test] = ["".join(c["source"]) for c in cells
+              if "exercise" in c["metadata"].get("tags", []) and "my_test" in
+              "".join(c["source"])]
+    assert "assert" not in test and "TODO 1" in test  # exercise B: the checks are the learner's
     assert _assigned("23-outbox.ipynb", "exercise", "my_cause") is None
 
 
