@@ -343,7 +343,8 @@ class _ConnectionWatch(threading.Thread):
                 roles: dict[str, int] = {}
                 for db, role, n in conn.execute(
                         "SELECT datname, usename, count(*) FROM pg_stat_activity "
-                        "WHERE datname IS NOT NULL GROUP BY datname, usename"):
+                        "WHERE datname IS NOT NULL AND usename IS NOT NULL "
+                        "GROUP BY datname, usename"):
                     if db not in self.existing:
                         self.peak[db] = max(n, self.peak.get(db, 0))
                         roles[role] = roles.get(role, 0) + n
