@@ -5,19 +5,24 @@
     python3 tasklab.py test   # set up .venv, run ruff and every test (unit, integration,
                               # notebooks, the import contracts), in parallel
     python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
+    python3 tasklab.py hub    # a class's JupyterHub on this machine (as root; see
+                              # deploy/jupyterhub/jupyterhub_config.py)
 
 Standard library only. The virtual environment lives in `.venv/`, built with the Python
 that runs this file, and is rebuilt when that Python's version, `pyproject.toml` or
 `constraints.txt` changes. Every install goes through `constraints.txt` (the versions
 this lab is tested with, so nbval compares outputs rendered by the same pandas,
 matplotlib and IPython everywhere). Extra arguments after `test` go to pytest
-(e.g. `python3 tasklab.py test tests/unit -x`).
+(e.g. `python3 tasklab.py test tests/unit -x`). JupyterHub's proxy (configurable-http-proxy,
+a Node.js program) is installed from npm into `.venv/proxy/` when a hub or its test needs
+it, at the versions of `deploy/jupyterhub/proxy/package-lock.json`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +34,13 @@ VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".tasklab-installed"
 CONSTRAINTS = ROOT / "constraints.txt"
+#: JupyterHub's proxy: its npm package (with the lock of every version) and where it goes
+#: (`devkit.hub.proxy_command` finds it there).
+PROXY_PACKAGE = ROOT / "deploy" / "jupyterhub" / "proxy"
+PROXY_DIR = VENV / "proxy"
+PROXY_BIN = PROXY_DIR / "node_modules" / ".bin" / "configurable-http-proxy"
+#: The test that runs a real hub; a pytest run that may collect it needs the proxy.
+HUB_TEST = "tests/integration/test_hub.py"
 
 #: Workers of the whole suite's run (see cmd_test).
 WORKERS = 6
@@ -69,6 +81,33 @@ def ensure_venv() -> None:
     _say(f"environment ready in {time.monotonic() - start:.0f} s")
 
 
+def ensure_proxy() -> None:
+    """configurable-http-proxy in `.venv/proxy/`, from npm, unless that lock is there."""
+    lock = (PROXY_PACKAGE / "package-lock.json").read_text()
+    stamp = PROXY_DIR / ".tasklab-installed"
+    if PROXY_BIN.exists() and stamp.exists() and stamp.read_text() == lock:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        sys.exit("[tasklab] JupyterHub's proxy comes from npm, which is not installed: "
+                 "install Node.js 20 or newer with npm (e.g. `apt-get install nodejs npm`)")
+    start = time.monotonic()
+    _say("installing configurable-http-proxy, JupyterHub's proxy, from npm …")
+    PROXY_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(PROXY_PACKAGE / name, PROXY_DIR / name)
+    subprocess.run([npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error",
+                    "--prefix", str(PROXY_DIR)], check=True, cwd=PROXY_DIR)
+    stamp.write_text(lock)
+    _say(f"proxy ready in {time.monotonic() - start:.0f} s")
+
+
+def needs_proxy(targets: list[str]) -> bool:
+    """Whether a pytest run of `targets` may collect the hub's test."""
+    paths = [t.split("::", 1)[0].rstrip("/") for t in targets if not t.startswith("-")]
+    return not paths or any(HUB_TEST == p or HUB_TEST.startswith(f"{p}/") for p in paths)
+
+
 def run(args: list[str]) -> int:
     return subprocess.run(args, cwd=ROOT).returncode
 
@@ -83,6 +122,8 @@ def cmd_test(extra: list[str]) -> int:
     # contracts (lint-imports) are a test of the suite (tests/unit/test_layers.py). A part
     # of the suite (arguments given) runs in this one process unless `-n` is among them.
     targets = extra or ["tests", "notebooks", "-n", str(WORKERS)]
+    if needs_proxy(targets):
+        ensure_proxy()
     _say(f"pytest {' '.join(targets)} …")
     nb = NBVAL_ARGS if any("notebooks" in t for t in targets) else []
     started = time.monotonic()
@@ -106,8 +147,15 @@ def cmd_regen(names: list[str]) -> int:
     return 0
 
 
+def cmd_hub(extra: list[str]) -> int:
+    """A class's JupyterHub from this checkout (deploy/jupyterhub/jupyterhub_config.py)."""
+    ensure_proxy()
+    config = ROOT / "deploy" / "jupyterhub" / "jupyterhub_config.py"
+    os.execv(BIN / "jupyterhub", [str(BIN / "jupyterhub"), "-f", str(config), *extra])
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test", "regen"):
+    if not argv or argv[0] not in ("lab", "test", "regen", "hub"):
         print(__doc__)
         return 2
     ensure_venv()
@@ -119,6 +167,8 @@ def main(argv: list[str]) -> int:
         os.execv(BIN / "teamdesk", [str(BIN / "teamdesk"), "lab", *argv[1:]])
     if argv[0] == "regen":
         return cmd_regen(argv[1:])
+    if argv[0] == "hub":
+        return cmd_hub(argv[1:])
     return cmd_test(argv[1:])
 
 

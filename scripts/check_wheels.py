@@ -3,7 +3,7 @@
     .venv/bin/python scripts/check_wheels.py [--json PATH] [--only "macOS arm64"]
 
 For each target (operating system, processor, CPython version) it resolves the declared
-dependencies — `pyproject.toml`'s own, `lab` and `test` extras, through
+dependencies — `pyproject.toml`'s own, `lab`, `hub` and `test` extras, through
 `constraints.txt` — the way pip would on that machine, with `--only-binary=:all:`: no
 sdist, so no compiler and no build step. Resolution reads the index's metadata only
 (`pip install --dry-run --report`), so it is quick. Then it downloads the two wheels that
@@ -84,10 +84,11 @@ TARGETS = (
 def requirements_for(target: Target, python: str, pyproject: Path = ROOT / "pyproject.toml"
                      ) -> list[str]:
     """Our declared requirements that apply on `target` with `python`, markers removed.
-    The project's own `teamdesk-task-lab[lab]` (the test extra's) is expanded in place."""
+    The project's own `teamdesk-task-lab[lab,hub]` (the test extra's) is expanded in place."""
     project = tomllib.loads(pyproject.read_text())["project"]
     extras = project.get("optional-dependencies", {})
-    specs = [*project["dependencies"], *extras.get("lab", []), *extras.get("test", [])]
+    specs = [*project["dependencies"],
+             *(spec for extra in ("lab", "hub", "test") for spec in extras.get(extra, []))]
     env = target.environment(python)
     out: list[str] = []
     for spec in specs:

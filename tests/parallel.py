@@ -48,7 +48,7 @@ def scope_of(nodeid: str) -> str:
 #: notebooks, so none of them starts last and runs on alone while the others are done.
 LONG: tuple[str, ...] = (
     "chaos-90",
-    "tests/integration/test_classroom.py::",
+    "tests/integration/test_hub.py::",
     "tests/integration/test_worker_process.py::test_two_processes_complete_500",
     "tests/labs/test_chaos.py::test_short_seeded_chaos_run",
     "tests/labs/test_exercise_registry.py::test_the_judge_refuses_the_starter_and_wrong_"

@@ -49,7 +49,7 @@ import os
 import re
 import string
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,11 +69,11 @@ def lang() -> str:
     return "zh" if Path.cwd().name == "zh" else "en"
 
 
-def system_lang() -> str:
-    """`zh` when the system locale is Chinese (LC_ALL, LC_MESSAGES, LANG, then Python's
-    own reading of the locale), else `en`."""
+def system_lang(environ: Mapping[str, str] = os.environ) -> str:
+    """`zh` when the system locale is Chinese (LC_ALL, LC_MESSAGES, LANG of `environ`, then
+    Python's own reading of the locale), else `en`."""
     for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
-        value = os.environ.get(name, "")
+        value = environ.get(name, "")
         if value and value not in ("C", "POSIX"):
             return "zh" if value.lower().startswith("zh") else "en"
     found = locale.getlocale()[0] or ""

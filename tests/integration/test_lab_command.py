@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from devkit.lab import LAB_HIDDEN_FILES, lab_hide_globs, use_lab_settings
+from devkit.jupyter_settings import LAB_HIDDEN_FILES, lab_hide_globs, use_lab_settings
 
 START_TIMEOUT_S = 120  # migrate + seed + JupyterLab start, on a shared 2-core machine
 STOP_TIMEOUT_S = 30
@@ -64,6 +64,19 @@ def test_lab_settings_path_goes_first_and_keeps_the_users():
     overrides = json.loads((Path(first) / "labconfig" / "default_setting_overrides.json")
                            .read_text())
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+
+
+def test_lab_in_a_hubs_server_points_to_the_lab_it_is_in(tmp_path):
+    """In a terminal of a hub's server (which serves the lab with the same settings),
+    `teamdesk lab` starts nothing: a second JupyterLab on 127.0.0.1 would be out of the
+    hub's reach. It says where the learner's start page is, and starts no services."""
+    env = {**os.environ, "JUPYTERHUB_SERVICE_PREFIX": "/user/ana/", "TEAMDESK_LANG": "zh",
+           "TEAMDESK_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-m", "devkit.cli", "lab", "--no-browser"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert "JupyterHub" in done.stderr and "my-notebooks/zh/00-start-here.ipynb" in done.stderr
+    assert not (tmp_path / "data").exists()
 
 
 @pytest.fixture

@@ -1,0 +1,7 @@
+# The lab's Jupyter server settings (devkit.jupyter_settings), loaded by every Jupyter
+# server with this folder on JUPYTER_CONFIG_PATH: `teamdesk lab`'s JupyterLab, a hub's
+# jupyterhub-singleuser, a plain `jupyter lab`. Needs the environment teamdesk is
+# installed in (the contents manager is ours).
+from devkit.jupyter_settings import configure
+
+configure(get_config())  # noqa: F821 - Jupyter's config loader provides get_config
