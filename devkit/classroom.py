@@ -23,13 +23,15 @@ Passwords are derived, `HMAC(class secret, learner)`: provisioning again (a hub 
 every spawn) gives the same passwords, so it never breaks a learner who is running. The
 class secret is a file made once, readable by its owner alone: `$TEAMDESK_CLASS_SECRET_FILE`,
 else `~/.config/teamdesk/class-secret`. The administrator is a PostgreSQL superuser and a
-Redis user allowed `ACL` and `SCAN`; the embedded servers of a laptop need none of this.
+Redis user allowed `ACL`, `SCAN` and `UNLINK` (the default user of a password-protected
+Redis is); the embedded servers of a laptop need none of this.
 
-What a learner can still see of another (the ACL allows no more): the names of databases
-and roles (PostgreSQL's shared catalogues, readable by every role) and the *names* of
-Redis keys — `SCAN` is not confined by key patterns, and `delete_prefix` and the heartbeat
-listing need it — so other learners' queue prefixes, job ids and task ids, never a value.
-A learner can also load the server (a long Lua script, a large key) for everyone.
+What a learner can still see of another: the names of databases and roles (PostgreSQL's
+shared catalogues) and who is connected to which database (`pg_stat_activity`, without the
+query text); the *names* of Redis keys — `SCAN` is not confined by key patterns, and
+`delete_prefix` and the heartbeat listing need it — so other learners' queue prefixes, job
+ids and task ids, never a value; and `INFO`'s server-wide counts. A learner can also load
+the servers for everyone (a long Lua script, a large key, many databases).
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ def as_role(url: str, role: str) -> str:
 def learner(admin_database_url: str, admin_redis_url: str, name: str,
             secret: bytes) -> Learner:
     """The learner `name`'s URLs on the administrator's servers (nothing is created)."""
+    (name,) = check_names([name])
     return Learner(
         name=name,
         database_url=_with_credentials(admin_database_url, name,
@@ -394,18 +397,36 @@ def _redis_user_is_ours(client: redis.Redis, name: str) -> bool | None:
     return keys == [_key_pattern(name)]
 
 
-def _acl_rules(name: str, password: str) -> list[str]:
+def _acl_rules(name: str, password: str, commands: Iterable[str] = REDIS_COMMANDS
+               ) -> list[str]:
     return ["reset", "on", f">{password}", _key_pattern(name), "resetchannels", "-@all",
-            *(f"+{command}" for command in REDIS_COMMANDS)]
+            *(f"+{command}" for command in commands)]
+
+
+_UNKNOWN = re.compile(r"modifier '\+([^']+)': Unknown command")
+
+
+def _set_user(client: redis.Redis, name: str, password: str) -> None:
+    """`ACL SETUSER` in one command, applied whole (a running learner keeps their
+    connections), leaving out a command this server does not have: CLIENT SETINFO came
+    with Redis 7.2, and redis-py goes on without it."""
+    commands = list(REDIS_COMMANDS)
+    while True:
+        try:
+            client.execute_command("ACL", "SETUSER", name, *_acl_rules(name, password, commands))
+            return
+        except redis.ResponseError as err:
+            unknown = _UNKNOWN.search(str(err))
+            if unknown is None or unknown.group(1) not in commands:
+                raise
+            commands.remove(unknown.group(1))
 
 
 def _provision_redis(admin_redis_url: str, names: list[str], secret: bytes) -> None:
     client = _redis(admin_redis_url)
     try:
         for name in names:
-            # One command, applied whole: a running learner keeps their connections.
-            client.execute_command("ACL", "SETUSER", name,
-                                   *_acl_rules(name, _password(secret, "redis", name)))
+            _set_user(client, name, _password(secret, "redis", name))
         _save_acl(client)
     finally:
         client.close()

@@ -216,7 +216,7 @@ def add_classroom(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     c.add_argument("names", nargs="*", metavar="NAME", help="learner names")
     c.add_argument("--admin-database-url", help="a PostgreSQL superuser's URL "
                    "(default: TEAMDESK_ADMIN_DATABASE_URL)")
-    c.add_argument("--admin-redis-url", help="a Redis URL allowed ACL and SCAN "
+    c.add_argument("--admin-redis-url", help="a Redis URL allowed ACL, SCAN and UNLINK "
                    "(default: TEAMDESK_ADMIN_REDIS_URL)")
     c.add_argument("--connection-limit", type=int, default=CONNECTION_LIMIT,
                    help=f"PostgreSQL connections per learner (default {CONNECTION_LIMIT})")
