@@ -162,8 +162,7 @@ def test_a_template_squatted_by_another_role_is_refused(admin, pair):
     it, naming B, instead of handing C someone else's tables; `cleanup` of B drops it and
     C's template is then built by C."""
     _, b = pair
-    secret = secrets.token_hex(32).encode()
-    (c,) = classroom.provision(*admin, [f"lc_{_tag()}"], secret=secret, prebuild=False)
+    (c,) = classroom.provision(*admin, [f"lc_{_tag()}"], secret=SECRET, prebuild=False)
     try:
         squat = template_name(c.name)
         with psycopg.connect(b.database_url, autocommit=True) as conn:
