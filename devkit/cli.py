@@ -7,10 +7,11 @@
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
     teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
+    teamdesk classroom add|remove|cleanup|list   learners on shared class servers
 
 The product's own commands (`db`, `seed`, `tasks`, `worker`) are `teamdesk.cli`'s; this
-module adds the dev environment's (`services`, `lab`, `rules`, `editions`) and gives every
-command the embedded default: with `DATABASE_URL`/`REDIS_URL` unset, the servers are
+module adds the dev environment's (`services`, `lab`, `rules`, `editions`, `classroom`) and
+gives every command the embedded default: with `DATABASE_URL`/`REDIS_URL` unset, the servers are
 started (or reused) and kept alive while the command runs. The `teamdesk` console script
 is composed one room up, where the lab's commands are visible too (`labs.command`: `demo`).
 
@@ -148,12 +149,93 @@ def add_editions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     e.set_defaults(func=cmd_editions)
 
 
+# ---------------------------------------------------------------- classroom
+
+def _admin_urls(args: argparse.Namespace) -> tuple[str, str]:
+    db = args.admin_database_url or os.environ.get("TEAMDESK_ADMIN_DATABASE_URL")
+    rd = args.admin_redis_url or os.environ.get("TEAMDESK_ADMIN_REDIS_URL")
+    missing = [name for name, value in (("--admin-database-url / TEAMDESK_ADMIN_DATABASE_URL",
+                                         db), ("--admin-redis-url / TEAMDESK_ADMIN_REDIS_URL",
+                                               rd)) if not value]
+    if missing:
+        raise ValueError(f"the class servers' administrator URLs are needed: "
+                         f"{' and '.join(missing)}")
+    return db, rd  # type: ignore[return-value]
+
+
+def cmd_classroom(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk classroom …`: learners on shared class servers (`devkit.classroom`). Never
+    the embedded servers: the administrator's URLs are given."""
+    from devkit import classroom
+
+    db, rd = _admin_urls(args)
+    if args.action == "add":
+        made = classroom.provision(db, rd, args.names, connection_limit=args.connection_limit)
+        for one in made:  # S2: passwords never on the terminal
+            print(f"{one.name:<16} {redact(one.database_url)}  {redact(one.redis_url)}  "
+                  f"TEAMDESK_QUEUE_PREFIX={one.queue_prefix}")
+        if args.env_dir:
+            folder = Path(args.env_dir)
+            services.make_private_dir(folder)
+            for one in made:
+                services.write_private(folder / f"{one.name}.env", "".join(
+                    f"{k}={v}\n" for k, v in one.environment().items()))
+            print(f"each learner's variables: {folder}/<name>.env (readable by you alone)")
+        else:
+            print(f"passwords are derived from the class secret ({classroom.secret_file()}); "
+                  "--env-dir DIR writes each learner's variables to DIR/<name>.env")
+        return 0
+    if args.action == "list":
+        rows = classroom.states(db, rd)
+        print(f"{'learner':<16} {'conn/limit':>10} {'lab dbs':>8} {'keys':>6}  redis user")
+        for r in rows:
+            print(f"{r.name:<16} {f'{r.connections}/{r.connection_limit}':>10} "
+                  f"{r.lab_databases:>8} {r.keys:>6}  {'yes' if r.redis_user else 'no'}")
+        print(f"{len(rows)} learner(s)")
+        return 0
+    if args.action == "remove" and not args.names:
+        raise ValueError("name the learners to remove (`teamdesk classroom remove NAME…`)")
+    act = classroom.remove if args.action == "remove" else classroom.cleanup
+    report = act(db, rd, args.names or None)
+    for r in report:
+        print(r.text())
+    print(f"{args.action}: {len(report)} learner(s), "
+          f"{sum(len(r.databases) for r in report)} database(s), "
+          f"{sum(r.keys for r in report)} key(s)")
+    return 0
+
+
+def add_classroom(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from devkit.classroom import CONNECTION_LIMIT
+
+    c = sub.add_parser("classroom", help="learners on shared class servers (an instructor's)")
+    c.add_argument("action", choices=["add", "remove", "cleanup", "list"],
+                   help="add: provision (again) each learner's role, database, template and "
+                        "Redis user; remove: drop them whole; cleanup: drop their lab "
+                        "databases and keys (default: every learner); list: the learners")
+    c.add_argument("names", nargs="*", metavar="NAME", help="learner names")
+    c.add_argument("--admin-database-url", help="a PostgreSQL superuser's URL "
+                   "(default: TEAMDESK_ADMIN_DATABASE_URL)")
+    c.add_argument("--admin-redis-url", help="a Redis URL allowed ACL, SCAN and UNLINK "
+                   "(default: TEAMDESK_ADMIN_REDIS_URL)")
+    c.add_argument("--connection-limit", type=int, default=CONNECTION_LIMIT,
+                   help=f"PostgreSQL connections per learner (default {CONNECTION_LIMIT})")
+    c.add_argument("--env-dir", help="add: write each learner's DATABASE_URL, REDIS_URL and "
+                   "TEAMDESK_QUEUE_PREFIX to DIR/<name>.env (0600)")
+    c.set_defaults(func=cmd_classroom, check=_names_for_add)
+
+
+def _names_for_add(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.action == "add" and not args.names:
+        parser.error("classroom add needs at least one NAME")
+
+
 # ---------------------------------------------------------------- main
 
 #: The dev environment's commands with the product's, in the order `--help` lists them.
 COMMANDS: tuple[product.AddCommand, ...] = (
     add_services, product.add_db, product.add_seed, add_lab, product.add_worker,
-    product.add_tasks, add_rules, add_editions)
+    product.add_tasks, add_rules, add_editions, add_classroom)
 
 
 def main(argv: Sequence[str] | None = None, *,

@@ -5,7 +5,9 @@ A world is three things, and nothing else:
 - **a database** cloned from the migrated template (`CREATE DATABASE … TEMPLATE`,
   milliseconds; `teamdesk.db.templates`), named `teamdesk_<label>_<10 hex>`;
 - **a fresh BullMQ prefix** `<label><10 hex>`, so its queue, jobs, locks, events and
-  heartbeats live under keys no other world touches;
+  heartbeats live under keys no other world touches — made in the settings' queue
+  namespace when there is one (`td:learner01:<label><10 hex>` on class servers, where
+  the learner's Redis ACL allows no other keys; `Settings.queue_prefix_for`);
 - **its clean-up** (`close()`): delete every key under the prefix
   (`teamdesk.tasks.queue.delete_prefix`), dispose the engine, drop the database.
 
@@ -52,13 +54,13 @@ _LABEL = re.compile(r"[a-z][a-z0-9]{0,19}")
 Problem = Callable[[str, BaseException], None]
 
 
-def _names(label: str) -> tuple[str, str]:
+def _names(base: Settings, label: str) -> tuple[str, str]:
     """(database name prefix, queue prefix) for a new world labelled `label`."""
     if not isinstance(label, str) or not _LABEL.fullmatch(label):
         raise ValueError(f"a world's label must be 1-20 lowercase letters or digits, "
                          f"starting with a letter (it names a database and a Redis "
                          f"prefix): got {label!r}")
-    return f"teamdesk_{label}", f"{label}{uuid.uuid4().hex[:10]}"
+    return f"teamdesk_{label}", base.queue_prefix_for(f"{label}{uuid.uuid4().hex[:10]}")
 
 
 @dataclass
@@ -74,7 +76,7 @@ class World:
     engine: AsyncEngine
     #: Sessions on that engine: what services and the dispatcher take.
     sessions: async_sessionmaker[AsyncSession]
-    #: The label it was opened with (`teamdesk_<label>_…`, `<label>…`).
+    #: The label it was opened with (`teamdesk_<label>_…`, `[<namespace>:]<label>…`).
     label: str = "world"
     _closed: bool = field(default=False, repr=False)
 
@@ -82,7 +84,7 @@ class World:
     def open(cls, base: Settings, label: str = "world") -> World:
         """Clone the template into a new database and choose a fresh prefix (blocks for
         the clone, a few milliseconds; from async code prefer `open_async`)."""
-        db_prefix, queue_prefix = _names(label)
+        db_prefix, queue_prefix = _names(base, label)
         if not base.database_url or not base.redis_url:
             raise ValueError("a world needs resolved database_url and redis_url "
                              "(devkit.services.resolve_settings)")

@@ -10,6 +10,7 @@
     teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
     teamdesk editions [--draft NAME]    build the Chinese edition of the notebooks
     teamdesk messages                   rewrite the lab's message catalogues for a translator
+    teamdesk classroom add|remove|cleanup|list   learners on shared class servers (devkit)
 
 The product's commands are `teamdesk.cli`'s, the dev environment's `devkit.cli`'s (with the
 embedded default for every command); this module adds the lab's own, `demo`, which runs

@@ -18,7 +18,11 @@ _ENV_PREFIX = "TEAMDESK_"
 #: `devkit.services`' data folder and Redis binary, the lab command; probe holds; the test
 #: run's note of the lab's data folder): never reported as unknown.
 NON_SETTING_VARS = frozenset({"TEAMDESK_DATA_DIR", "TEAMDESK_REDIS_SERVER", "TEAMDESK_LAB_PORT",
-                              "TEAMDESK_PROBE_HOLD", "TEAMDESK_LAB_DATA_DIR"})
+                              "TEAMDESK_PROBE_HOLD", "TEAMDESK_LAB_DATA_DIR",
+                              # an instructor's (`devkit.classroom`): the class servers'
+                              # administrator URLs and the file of the class secret
+                              "TEAMDESK_ADMIN_DATABASE_URL", "TEAMDESK_ADMIN_REDIS_URL",
+                              "TEAMDESK_CLASS_SECRET_FILE"})
 
 log = logging.getLogger("teamdesk.config")
 _warned: set[str] = set()
@@ -59,6 +63,13 @@ class Settings:
     #: BullMQ queue name and key prefix; a lab world or test gets its own prefix.
     queue_name: str = "teamdesk-tasks"
     queue_prefix: str = "bull"
+    #: The namespace every queue prefix of this process lies in. On class servers it is
+    #: the learner's `td:<name>`, the only keys their Redis ACL user may touch: set
+    #: `TEAMDESK_QUEUE_PREFIX` alone and it becomes the namespace too. `queue_prefix` must
+    #: then be the namespace or begin with it and a colon, and a world makes its fresh
+    #: prefix under it (`queue_prefix_for`). Empty (a laptop, the suite): no constraint,
+    #: and a world's prefix is bare (`lab<hex>`).
+    queue_namespace: str = ""
 
     #: Worker lock (BullMQ lockDuration) and its renewal; 0 renewal = never renew.
     lock_duration_ms: int = 30_000
@@ -105,6 +116,12 @@ class Settings:
         all fail at once with the variable's name rather than run with a broken timing."""
         for f in dataclasses.fields(self):
             _check_field(f.name, getattr(self, f.name), f.type)
+        ns = self.queue_namespace
+        if ns and self.queue_prefix != ns and not self.queue_prefix.startswith(ns + ":"):
+            raise ValueError(
+                f"TEAMDESK_QUEUE_PREFIX={self.queue_prefix!r} lies outside the queue namespace "
+                f"{ns!r} (TEAMDESK_QUEUE_NAMESPACE): on class servers no other keys are yours; "
+                f"make prefixes with settings.queue_prefix_for(name)")
 
     def __repr__(self) -> str:
         """Like the dataclass repr, with the URLs' passwords masked: settings end up in
@@ -122,6 +139,14 @@ class Settings:
     def replace(self, **changes: object) -> Settings:
         """A copy with some fields changed; how tests shorten timings (Q2)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def queue_prefix_for(self, name: str) -> str:
+        """A queue prefix named `name` in this process's namespace: `td:learner01:name` on
+        class servers (the learner's Redis ACL allows those keys alone), plain `name`
+        without a namespace. Worlds, labs and exercises make their prefixes here."""
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+            raise ValueError(f"a queue prefix name must be a non-empty word: got {name!r}")
+        return f"{self.queue_namespace}:{name}" if self.queue_namespace else name
 
     def to_env(self, *, changed_only: bool = True) -> dict[str, str]:
         """The environment a child process reads back into these settings with `from_env`
@@ -157,6 +182,11 @@ class Settings:
             if raw is None or raw == "":
                 continue
             values[f.name] = _parse(f.name, raw, f.type)
+        # A prefix given from outside is the namespace of whatever this process makes
+        # (a learner's `td:<name>`; a worker process's world prefix), unless one is named:
+        # an explicit empty TEAMDESK_QUEUE_NAMESPACE means none (`to_env` round trip).
+        if env_name("queue_namespace") not in env and "queue_prefix" in values:
+            values["queue_namespace"] = values["queue_prefix"]
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -187,6 +217,11 @@ def _check_field(name: str, value: object, type_: object) -> None:
     if name in ("queue_name", "queue_prefix"):
         if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
             raise ValueError(f"{var}={value!r} must be a non-empty name without spaces")
+        return
+    if name == "queue_namespace":
+        # It ends up in a Redis ACL key pattern and a SCAN pattern: no wildcard, no space.
+        if not isinstance(value, str) or any(c.isspace() or c in "*?[]\\" for c in value):
+            raise ValueError(f"{var}={value!r} must be a name without spaces or wildcards")
         return
     bound = _BOUNDS.get(name)
     if bound is None or (name == "lock_renew_ms" and value is None):

@@ -29,6 +29,7 @@ WHOLE_MODULES: frozenset[str] = frozenset({
     "tests/unit/test_rules_zh.py",
     "tests/unit/test_notebook_passes.py",  # one pytest run of small notebooks for all
     "tests/labs/test_lab_isolation.py",  # starts the lab's own servers (.teamdesk/)
+    "tests/integration/test_classroom_provision.py",  # learners provisioned once for all
 })
 
 
@@ -49,6 +50,7 @@ def scope_of(nodeid: str) -> str:
 LONG: tuple[str, ...] = (
     "chaos-90",
     "tests/integration/test_hub.py::",
+    "tests/integration/test_classroom_provision.py",
     "tests/integration/test_worker_process.py::test_two_processes_complete_500",
     "tests/labs/test_chaos.py::test_short_seeded_chaos_run",
     "tests/labs/test_exercise_registry.py::test_the_judge_refuses_the_starter_and_wrong_"

@@ -351,7 +351,7 @@ async def _shared_database(base: Any) -> AsyncIterator[Any]:
     every test counts the others' rows, and its dispatcher enqueues them too."""
     from teamdesk.tasks.queue import delete_prefix, redis_client
 
-    settings = base.replace(queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
+    settings = base.replace(queue_prefix=base.queue_prefix_for(f"ex27{uuid.uuid4().hex[:10]}"))
     try:
         yield settings
     finally:
@@ -370,7 +370,8 @@ async def _cleanup_not_in_finally(base: Any) -> AsyncIterator[Any]:
     from teamdesk.tasks.queue import delete_prefix, redis_client
 
     url = clone_database(base.database_url, prefix="teamdesk_ex27")
-    settings = base.replace(database_url=url, queue_prefix=f"ex27{uuid.uuid4().hex[:10]}")
+    settings = base.replace(database_url=url,
+                            queue_prefix=base.queue_prefix_for(f"ex27{uuid.uuid4().hex[:10]}"))
     yield settings
     client = redis_client(settings)
     await delete_prefix(client, settings.queue_prefix)

@@ -2,11 +2,18 @@
 
 One migration per schema version, then a fresh database per test, notebook or lab world
 in milliseconds, with no shared state and no truncation (procrastinate's approach).
+
+On a server shared by a class each learner's role builds, owns and clones a template of its
+own (its name carries the role): a clone keeps the owners of its template's objects, so a
+template built by anyone else would give the learner tables they may not use. Every
+database made here revokes PUBLIC's CONNECT and TEMPORARY, so one learner cannot open
+another's.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from pathlib import Path
 
@@ -14,18 +21,20 @@ import psycopg
 from psycopg import sql
 
 from teamdesk.db.migrate import upgrade
+from teamdesk.errors import TeamDeskError
 
 _VERSIONS = Path(__file__).parent / "migrations" / "versions"
 
 
-def _with_db(url: str, dbname: str) -> str:
+def with_database(url: str, dbname: str) -> str:
+    """`url` naming database `dbname` instead (credentials and query kept)."""
     base, _, query = url.partition("?")
     root = base.rsplit("/", 1)[0]
     return f"{root}/{dbname}" + (f"?{query}" if query else "")
 
 
 def _admin(url: str) -> psycopg.Connection:
-    return psycopg.connect(_with_db(url, "postgres"), autocommit=True)
+    return psycopg.connect(with_database(url, "postgres"), autocommit=True)
 
 
 def schema_fingerprint() -> str:
@@ -37,26 +46,75 @@ def schema_fingerprint() -> str:
     return h.hexdigest()[:10]
 
 
+#: PostgreSQL truncates longer identifiers (NAMEDATALEN - 1 bytes): a template name must fit.
+MAX_IDENTIFIER = 63
+_PLAIN_ROLE = re.compile(r"[a-z0-9_]+")
+
+
+class TemplateNotOurs(TeamDeskError):
+    """The template this role would clone exists but another role owns it: a clone keeps
+    its template's objects and their owners, so this role would get tables it may not use
+    (`permission denied for table …`), made by someone else, with whatever they put in."""
+
+
+def template_name(role: str) -> str:
+    """The template of `role` for the current schema: `teamdesk_tpl_<fingerprint>_<role>`
+    (the role hashed when it is long or not plain). The owner is part of the name, so each
+    role clones a template it built itself, and every object in its clones is its own."""
+    base = f"teamdesk_tpl_{schema_fingerprint()}_"
+    if _PLAIN_ROLE.fullmatch(role) and len(base) + len(role) <= MAX_IDENTIFIER:
+        return base + role
+    return base + "r" + hashlib.sha256(role.encode()).hexdigest()[:16]
+
+
 def ensure_template(database_url: str) -> str:
-    """The name of a migrated template database on that server, created once per schema."""
-    name = f"teamdesk_tpl_{schema_fingerprint()}"
+    """The name of the migrated template that the URL's role clones, built once per schema
+    and role — by that role (the migration runs as it), so the role owns every table.
+
+    A database of that name owned by another role is refused (`TemplateNotOurs`), never
+    reused. The template is ready once it takes no connections (nobody changes it by
+    accident). It is not marked `IS_TEMPLATE`, which would let any role with CREATEDB
+    clone it: only its owner (and superusers) may. PUBLIC may not connect to it."""
     with _admin(database_url) as conn:
-        # Serialise template creation across processes (pytest, notebook kernels).
-        conn.execute("SELECT pg_advisory_lock(hashtext('teamdesk.template'))")
+        role = conn.execute("SELECT current_user").fetchone()[0]
+        name = template_name(role)
+        # Serialise the build of one template across processes (pytest, notebook kernels).
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
         try:
-            ready = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s AND datistemplate", (name,)
-            ).fetchone()
-            if ready:
+            row = conn.execute(
+                "SELECT pg_get_userbyid(datdba), datallowconn, datistemplate "
+                "FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if row and row[0] != role:
+                raise TemplateNotOurs(
+                    f"database {name!r}, the template role {role!r} clones its databases "
+                    f"from, belongs to role {row[0]!r}: a clone of it would hold that "
+                    f"role's tables (permission denied for them here), made by someone "
+                    f"else. Have it dropped (`DROP DATABASE {name}` as an administrator, "
+                    f"or `teamdesk classroom cleanup`); the next lab builds it again as "
+                    f"{role!r}.")
+            if row and not row[1] and not row[2]:
                 return name
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            if row:  # half-built by a process that died, or marked for everyone: rebuild
+                if row[2]:
+                    conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false")
+                                 .format(sql.Identifier(name)))
+                conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            upgrade(_with_db(database_url, name))
-            conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
+            _private(conn, name)
+            upgrade(with_database(database_url, name))
+            conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false")
                          .format(sql.Identifier(name)))
             return name
         finally:
-            conn.execute("SELECT pg_advisory_unlock(hashtext('teamdesk.template'))")
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+
+
+def _private(conn: psycopg.Connection, name: str) -> None:
+    """Only the owner (and superusers) may connect to database `name` or make temporary
+    tables in it: a new database grants both to PUBLIC, and a clone does not inherit its
+    template's grants."""
+    conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC")
+                 .format(sql.Identifier(name)))
 
 
 def _clone_strategy(conn: psycopg.Connection) -> str:
@@ -70,13 +128,15 @@ def _clone_strategy(conn: psycopg.Connection) -> str:
 
 
 def clone_database(database_url: str, prefix: str = "teamdesk_t") -> str:
-    """Create a fresh, migrated database; returns its URL (same server, new name)."""
+    """Create a fresh, migrated database, owned by the URL's role and closed to others;
+    returns its URL (same server, new name)."""
     template = ensure_template(database_url)
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with _admin(database_url) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}{}").format(
             sql.Identifier(name), sql.Identifier(template), sql.SQL(_clone_strategy(conn))))
-    return _with_db(database_url, name)
+        _private(conn, name)
+    return with_database(database_url, name)
 
 
 def drop_database(database_url: str) -> None:

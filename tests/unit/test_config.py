@@ -91,3 +91,24 @@ async def test_delete_prefix_refuses_a_wildcard_or_empty_prefix() -> None:
     for prefix in ("", "lab*", "bull?", "[ab]"):
         with pytest.raises(ValueError, match="refusing"):
             await delete_prefix(None, prefix)  # type: ignore[arg-type]
+
+
+def test_a_prefix_given_from_outside_is_the_namespace_of_every_prefix_made_here() -> None:
+    """(ours) A learner's `TEAMDESK_QUEUE_PREFIX=td:<name>` is the only key namespace their
+    Redis ACL allows: every prefix this process makes lies under it, and one outside it is
+    refused at once (not at the first NOPERM of a worker). Without it, prefixes stay bare."""
+    learner = Settings.from_env({"TEAMDESK_QUEUE_PREFIX": "td:ann"})
+    assert (learner.queue_prefix, learner.queue_namespace) == ("td:ann", "td:ann")
+    assert learner.queue_prefix_for("lab0123") == "td:ann:lab0123"
+    assert learner.replace(queue_prefix="td:ann:x").queue_prefix == "td:ann:x"
+    for outside in ("ex27", "td:annie", "td:bob:x"):
+        with pytest.raises(ValueError, match="outside the queue namespace"):
+            learner.replace(queue_prefix=outside)
+    assert Settings().queue_prefix_for("lab0123") == "lab0123"
+    assert Settings.from_env({}).queue_namespace == ""
+    child = learner.replace(queue_prefix="td:ann:lab1")
+    assert Settings.from_env(child.to_env()) == child
+    assert Settings.from_env(Settings().to_env(changed_only=False)).queue_namespace == ""
+    for bad in ("td:*", "td:[ab]"):
+        with pytest.raises(ValueError, match="TEAMDESK_QUEUE_NAMESPACE"):
+            Settings.from_env({"TEAMDESK_QUEUE_PREFIX": bad})

@@ -32,3 +32,14 @@ def test_the_world_imports_no_lab_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_world_makes_its_prefix_in_the_learners_namespace():
+    """(ours) On class servers (`TEAMDESK_QUEUE_PREFIX=td:<learner>`) a world's fresh prefix
+    lies under the learner's namespace, the keys their Redis ACL allows; without one it is
+    bare, as on a laptop."""
+    from devkit.world import _names
+
+    learner = _BASE.replace(queue_prefix="td:ann", queue_namespace="td:ann")
+    assert _names(learner, "lab")[1].startswith("td:ann:lab")
+    assert _names(_BASE, "lab")[1].startswith("lab") and ":" not in _names(_BASE, "lab")[1]

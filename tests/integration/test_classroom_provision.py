@@ -1,0 +1,281 @@
+"""A class on shared servers, provisioned for real (`devkit.classroom`): the suite's own
+PostgreSQL and Redis stand in for the class servers, its superuser for the instructor.
+
+Learner A works as a learner does — their own non-superuser role, their Redis ACL user,
+`TEAMDESK_QUEUE_PREFIX=td:<A>` — through the product: a world cloned from A's template,
+the demo data, an export requested and run by a real BullMQ worker. Learner B can do none
+of it to A: not connect to A's databases, not read or delete A's keys, not flush, configure
+or stop Redis. A template squatted by another role is refused. `cleanup` leaves no lab
+database and no key; `remove` leaves no role and no Redis user. And notebook 24 passes as
+a learner — on the servers as `docs/classroom.md` once described them it stopped at
+`permission denied for table teams`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+from redis.exceptions import NoPermissionError
+
+from devkit import classroom
+from devkit.world import World
+from teamdesk.config import Settings
+from teamdesk.db.templates import (
+    TemplateNotOurs,
+    clone_database,
+    drop_database,
+    ensure_template,
+    template_name,
+    with_database,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: This run's class secret (the instructor's file is never touched here).
+SECRET = secrets.token_hex(32).encode()
+#: Commands no learner may run: each would reach every other learner.
+FORBIDDEN = [("FLUSHALL",), ("FLUSHDB",), ("CONFIG", "GET", "maxmemory"),
+             ("CONFIG", "SET", "maxmemory", "1"), ("SHUTDOWN", "NOSAVE"), ("KEYS", "*"),
+             ("ACL", "LIST"), ("CLIENT", "LIST"),
+             ("CLIENT", "KILL", "TYPE", "normal"), ("SCRIPT", "FLUSH"), ("SWAPDB", "0", "1")]
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+@pytest.fixture(scope="module")
+def admin(service_settings: Settings) -> tuple[str, str]:
+    """The administrator's URLs: the suite's superuser and its Redis default user."""
+    return service_settings.database_url, service_settings.redis_url
+
+
+@pytest.fixture(scope="module")
+def pair(admin):
+    """Learners A and B, provisioned (templates built) once for the module; removed after.
+    As `docs/classroom.md` told the instructor, the administrator's own template exists
+    first: a learner must never clone it."""
+    ensure_template(admin[0])
+    names = [f"la_{_tag()}", f"lb_{_tag()}"]
+    learners = classroom.provision(*admin, names, secret=SECRET)
+    yield learners
+    classroom.remove(*admin, names)
+
+
+def _owned_databases(admin_url: str, role: str) -> set[str]:
+    with psycopg.connect(with_database(admin_url, "postgres")) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba "
+            "WHERE r.rolname = %s", (role,))}
+
+
+def _keys(admin_redis_url: str, name: str) -> list[str]:
+    client = redis.Redis.from_url(admin_redis_url, decode_responses=True)
+    try:
+        return list(client.scan_iter(match=f"td:{name}:*", count=1000))
+    finally:
+        client.close()
+
+
+async def test_a_learner_owns_their_world_and_no_classmate_can_reach_it(admin, pair):
+    """(ours) A, a non-superuser, opens a world under `td:<A>:`, seeds, requests an export
+    (O1) and a real worker completes it (P5); every table of the clone is A's. B cannot
+    connect to A's database or clone, nor GET or DEL A's keys; FLUSHALL, CONFIG, SHUTDOWN,
+    KEYS … are refused to a learner; A's role has the class's connection limit."""
+    from teamdesk.seed import seed_demo
+    from teamdesk.services.exports import request_export
+    from teamdesk.tasks.dispatcher import dispatch_tasks
+    from teamdesk.tasks.queue import create_task_queue
+    from teamdesk.tasks.worker import create_task_worker
+    from teamdesk.testing import task_row, wait_until
+
+    a, b = pair
+    base = Settings.from_env(a.environment())
+    assert base.queue_namespace == f"td:{a.name}"
+    world = await World.open_async(base, "lab")
+    queue = worker = None
+    try:
+        assert world.settings.queue_prefix.startswith(f"td:{a.name}:lab")
+        async with world.sessions() as session:
+            await seed_demo(session, tickets=8)
+            task = await request_export(session, "acme", "ben", {"status": ["OPEN"]})
+        queue = create_task_queue(world.settings)
+        worker = await create_task_worker(world.settings, actor="A")
+        await dispatch_tasks(queue, world.settings)
+
+        async def completed() -> bool:
+            return (await task_row(world.sessions, task.id))["status"] == "COMPLETED"
+
+        await wait_until(completed, 20, "the export completed by A's worker")
+
+        clone = world.settings.database_url.rsplit("/", 1)[1]
+        with psycopg.connect(world.settings.database_url) as conn:
+            owners = {r[0] for r in conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE schemaname = 'public'")}
+        assert owners == {a.name}
+        for db in (a.name, clone):
+            with pytest.raises(psycopg.OperationalError, match="permission denied"):
+                psycopg.connect(with_database(b.database_url, db)).close()
+
+        key = next(iter(_keys(admin[1], a.name)))
+        theirs = redis.Redis.from_url(b.redis_url, decode_responses=True)
+        try:
+            with pytest.raises(NoPermissionError):
+                theirs.get(key)
+            with pytest.raises(NoPermissionError):
+                theirs.delete(key)
+            for command in FORBIDDEN:
+                with pytest.raises(NoPermissionError):
+                    theirs.execute_command(*command)
+        finally:
+            theirs.close()
+        with psycopg.connect(admin[0]) as conn:
+            limit = conn.execute("SELECT rolconnlimit FROM pg_roles WHERE rolname = %s",
+                                 (a.name,)).fetchone()[0]
+        assert limit == classroom.CONNECTION_LIMIT
+    finally:
+        if worker is not None:
+            await worker.close(timeout=3)
+        if queue is not None:
+            await queue.close()
+        await world.close()
+    assert _keys(admin[1], a.name) == []
+
+
+def test_provisioning_again_keeps_passwords_and_running_sessions(admin, pair):
+    """A hub provisions at every spawn: same URLs, and a session already open survives."""
+    a, _ = pair
+    with psycopg.connect(a.database_url) as open_before:
+        again = classroom.provision(*admin, [a.name], secret=SECRET)
+        assert again[0] == a
+        assert open_before.execute("SELECT current_user").fetchone()[0] == a.name
+    redis.Redis.from_url(again[0].redis_url).ping()
+
+
+def test_a_template_squatted_by_another_role_is_refused(admin, pair):
+    """(ours) B creates the database C's template would be named: C's first clone refuses
+    it, naming B, instead of handing C someone else's tables; `cleanup` of B drops it and
+    C's template is then built by C."""
+    _, b = pair
+    (c,) = classroom.provision(*admin, [f"lc_{_tag()}"], secret=SECRET, prebuild=False)
+    try:
+        squat = template_name(c.name)
+        with psycopg.connect(b.database_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{squat}"')
+        with pytest.raises(TemplateNotOurs, match=b.name):
+            clone_database(c.database_url)
+        (report,) = classroom.cleanup(*admin, [b.name])
+        assert squat in report.databases
+        drop_database(clone_database(c.database_url))
+        assert _owned_databases(admin[0], c.name) == {c.name, squat}
+    finally:
+        classroom.remove(*admin, [c.name])
+
+
+async def test_cleanup_leaves_no_lab_database_and_no_key(admin):
+    """A lab whose kernel died left its clone and keys: `cleanup` drops and deletes them
+    (the learner's own database and template stay); `remove` then leaves no role, no
+    database and no Redis user."""
+    (d,) = classroom.provision(*admin, [f"ld_{_tag()}"], secret=SECRET,
+                               prebuild=False)
+    world = await World.open_async(Settings.from_env(d.environment()), "lab")  # never closed
+    client = redis.Redis.from_url(d.redis_url)
+    client.set(f"{world.settings.queue_prefix}:left", "1")
+    client.close()
+    await world.engine.dispose()
+    (report,) = classroom.cleanup(*admin, [d.name])
+    assert report.keys == 1 and len(report.databases) == 1
+    assert _owned_databases(admin[0], d.name) == {d.name, template_name(d.name)}
+    assert _keys(admin[1], d.name) == []
+
+    (gone,) = classroom.remove(*admin, [d.name])
+    assert gone.role and gone.redis_user
+    with psycopg.connect(admin[0]) as conn:
+        assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (d.name,)).fetchone() \
+            is None
+    assert _owned_databases(admin[0], d.name) == set()
+    admin_redis = redis.Redis.from_url(admin[1])
+    try:
+        assert admin_redis.execute_command("ACL", "GETUSER", d.name) is None
+    finally:
+        admin_redis.close()
+
+
+def test_bad_names_and_taken_names_change_nothing(admin):
+    """Every name is checked, and every conflict found, before anything is created."""
+    good = f"le_{_tag()}"
+    for bad in ("Bad", "pg_x", "x" * 31, "default", "1st", "a-b"):
+        with pytest.raises(classroom.ClassroomError, match="not a learner name"):
+            classroom.provision(*admin, [good, bad], secret=b"s" * 32)
+    stranger = f"plain_{_tag()}"
+    with psycopg.connect(admin[0], autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {stranger} NOLOGIN")
+        try:
+            with pytest.raises(classroom.ClassroomError, match="is not a learner"):
+                classroom.provision(*admin, [good, stranger], secret=b"s" * 32)
+            with pytest.raises(classroom.ClassroomError, match="not a learner"):
+                classroom.remove(*admin, [stranger])
+            assert conn.execute("SELECT rolsuper, rolcanlogin FROM pg_roles WHERE rolname = %s",
+                                (stranger,)).fetchone() == (False, False)
+        finally:
+            conn.execute(f"DROP ROLE {stranger}")
+        assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (good,)).fetchone() \
+            is None
+    assert good not in classroom.learners(*admin)
+
+
+def test_notebook_24_passes_as_a_learner(admin, pair):
+    """What failed before: notebook 24 run by a learner (their URLs and prefix, nothing
+    started for them) passes its checkpoints, and leaves nothing behind."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    a, _ = pair
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TEAMDESK_") or k == "TEAMDESK_DATA_DIR"}
+    env.update(a.environment())
+    nb = nbformat.read(ROOT / "notebooks" / "24-reminders.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
+    assert _owned_databases(admin[0], a.name) == {a.name, template_name(a.name)}
+    assert _keys(admin[1], a.name) == []
+
+
+def test_the_instructors_commands(admin, tmp_path):
+    """`teamdesk classroom add|list|cleanup|remove` with the administrator's URLs in the
+    environment: no password on the terminal (S2); `--env-dir` writes each learner's
+    variables to a file of the instructor's alone (S1)."""
+    import stat
+    import subprocess
+    import sys
+
+    name = f"lf_{_tag()}"
+    env = {**os.environ, "TEAMDESK_ADMIN_DATABASE_URL": admin[0],
+           "TEAMDESK_ADMIN_REDIS_URL": admin[1],
+           "TEAMDESK_CLASS_SECRET_FILE": str(tmp_path / "secret")}
+    teamdesk = str(Path(sys.executable).with_name("teamdesk"))
+
+    def run(*args: str) -> str:
+        out = subprocess.run([teamdesk, "classroom", *args], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    shown = run("add", name, "--env-dir", str(tmp_path / "env"))
+    (made,) = classroom.provision(*admin, [name],
+                                  secret=classroom.class_secret(tmp_path / "secret"))
+    written = (tmp_path / "env" / f"{name}.env").read_text()
+    assert f"DATABASE_URL={made.database_url}\n" in written
+    assert f"TEAMDESK_QUEUE_PREFIX=td:{name}\n" in written
+    assert stat.S_IMODE((tmp_path / "env" / f"{name}.env").stat().st_mode) == 0o600
+    password = made.database_url.split(":")[2].split("@")[0]
+    assert name in shown and password not in shown
+    assert name in run("list")
+    assert "0 database(s), 0 key(s)" in run("cleanup", name)
+    assert "role, Redis user" in run("remove", name)
+    assert name not in classroom.learners(*admin)

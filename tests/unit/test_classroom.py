@@ -1,0 +1,60 @@
+"""`devkit.classroom` before any server: learner names, the class secret, the URLs a
+learner is given (S1, S2)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from devkit import classroom
+from teamdesk.db.templates import MAX_IDENTIFIER, template_name
+
+ADMIN_DB = "postgresql://admin:s3cret@db.example:5432/postgres?sslmode=require"
+ADMIN_REDIS = "redis://:adminpw@redis.example:6379/0"
+
+
+@pytest.mark.parametrize("bad", ["", "Ann", "1ann", "ann-b", "a" * 31, "default", "postgres",
+                                 "pg_ann", "teamdesk_learners", "ann b", "ann*"])
+def test_a_name_that_cannot_be_a_learner_is_refused(bad):
+    with pytest.raises(classroom.ClassroomError, match="not a learner name"):
+        classroom.check_names(["ann", bad])
+
+
+def test_names_are_kept_once_in_order_and_every_identifier_fits():
+    assert classroom.check_names(["bo", "ann", "bo"]) == ["bo", "ann"]
+    longest = "a" * 30
+    assert classroom.check_names([longest]) == [longest]
+    assert len(template_name(longest).encode()) <= MAX_IDENTIFIER
+    assert len(template_name("x" * 60).encode()) <= MAX_IDENTIFIER  # a long role is hashed
+
+
+def test_the_class_secret_is_made_once_for_its_owner_alone(tmp_path):
+    path = tmp_path / "cfg" / "class-secret"
+    first = classroom.class_secret(path)
+    assert classroom.class_secret(path) == first and len(first) >= 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    os.chmod(path, 0o644)
+    with pytest.raises(classroom.ClassroomError, match="readable by you alone"):
+        classroom.class_secret(path)
+
+
+def test_a_learner_gets_their_own_credentials_and_namespace_and_no_password_is_shown():
+    ann = classroom.learner(ADMIN_DB, ADMIN_REDIS, "ann", b"k" * 32)
+    assert ann == classroom.learner(ADMIN_DB, ADMIN_REDIS, "ann", b"k" * 32)  # derived
+    assert ann.database_url.startswith("postgresql://ann:")
+    assert ann.database_url.endswith("@db.example:5432/ann?sslmode=require")
+    assert ann.redis_url.startswith("redis://ann:")
+    assert ann.redis_url.endswith("@redis.example:6379/0")
+    assert ann.environment() == {"DATABASE_URL": ann.database_url, "REDIS_URL": ann.redis_url,
+                                 "TEAMDESK_QUEUE_PREFIX": "td:ann"}
+    other = classroom.learner(ADMIN_DB, ADMIN_REDIS, "ann", b"j" * 32)
+    assert other.database_url != ann.database_url  # another class secret, other passwords
+    password = ann.database_url.split(":")[2].split("@")[0]
+    assert password not in repr(ann) and "s3cret" not in repr(ann)
+
+
+def test_an_administrator_url_acts_as_the_learner():
+    url = classroom.as_role(ADMIN_DB, "ann")
+    assert url.endswith("?sslmode=require&options=-c%20role%3Dann")
