@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
 _HERE = Path(__file__).parent
+#: Alembic keeps the migration being run in module globals (`alembic.context`, `op`), so
+#: two upgrades in threads of one process run each other's steps against the wrong
+#: database ("relation … already exists"): a hub provisions its learners in threads.
+#: One upgrade at a time per process; processes are independent.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def alembic_config(database_url: str) -> Config:
@@ -23,5 +29,7 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    """Bring the database at `database_url` to `revision` (idempotent)."""
-    command.upgrade(alembic_config(database_url), revision)
+    """Bring the database at `database_url` to `revision` (idempotent). Safe from several
+    threads at once (`_ONE_AT_A_TIME`)."""
+    with _ONE_AT_A_TIME:
+        command.upgrade(alembic_config(database_url), revision)

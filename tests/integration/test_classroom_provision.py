@@ -279,3 +279,31 @@ def test_the_instructors_commands(admin, tmp_path):
     assert "0 database(s), 0 key(s)" in run("cleanup", name)
     assert "role, Redis user" in run("remove", name)
     assert name not in classroom.learners(*admin)
+
+
+def test_learners_provisioned_from_threads_at_once_each_get_their_own_template(admin):
+    """A hub's `pre_spawn_hook` provisions in a thread per spawning learner: three at once
+    each get a template of their own, migrated to the schema and owned by them. (Alembic
+    keeps the running migration in module globals: unserialised, one thread's steps ran
+    against another's database — "relation teams already exists".)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"lt{i}_{_tag()}" for i in range(3)]
+    try:
+        with ThreadPoolExecutor(len(names)) as pool:
+            made = list(pool.map(lambda n: classroom.provision(*admin, [n], secret=SECRET),
+                                 names))
+        assert [m[0].name for m in made] == names
+        for name in names:
+            assert template_name(name) in _owned_databases(admin[0], name)
+            world_url = clone_database(made[names.index(name)][0].database_url)
+            try:
+                with psycopg.connect(world_url) as conn:
+                    owners = {r[0] for r in conn.execute(
+                        "SELECT tableowner FROM pg_tables WHERE schemaname = 'public'")}
+                assert owners == {name}
+            finally:
+                drop_database(world_url)
+    finally:
+        classroom.remove(*admin, [n for n in names
+                                  if n in classroom.learners(*admin)])

@@ -12,9 +12,12 @@ Through the hub's proxy, as a browser would, the test checks what a learner is s
 start page, their copies writable, the repository's notebooks read-only, the cited files
 reachable through the lab root's links), then runs notebooks 24 and 26b in every learner's
 server at once: the learner's own copy, each code cell in order, in a kernel of the hub.
-Every cell must pass; afterwards the shared servers hold no database and no key that a lab
-left, and the most connections a lab database had at once is measured and printed — the
-figure docs/classroom.md quotes.
+Every cell must pass. The hook provisions each learner for real (`devkit.classroom`): their
+labs run as a role of their own, not a superuser and within its connection limit, and no
+learner can connect to a classmate's database, read or delete their keys, or FLUSHALL.
+After `teamdesk classroom cleanup` the shared servers hold no lab database and no key, and
+the most connections a lab database and a learner had at once are measured and printed —
+the figures docs/classroom.md quotes.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import redis
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from devkit import hub
+from devkit import classroom, hub
 from teamdesk.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,20 +63,8 @@ HUB_START_TIMEOUT_S = 60
 SPAWN_TIMEOUT_S = 120  # three servers starting at once on a busy 2-core machine
 CELL_TIMEOUT_S = 120  # as nbval's (tasklab.NBVAL_ARGS)
 
-#: The provisioning the hub's hook calls. `devkit.classroom.provision` is not in this branch
-#: yet: until it is, a stand-in (tests/integration/classroom_standin.py) gives every learner
-#: the suite's own servers. When it is, drop this line from OVERRIDES (and the stand-in);
-#: the deployed hook then provisions for real, with the admin URLs the hub is given below.
-PROVISION_OVERRIDE = ("c.Spawner.pre_spawn_hook = functools.partial(\n"
-                      "    pre_spawn, provision=classroom_standin.provision)")
-
 OVERRIDES = """\
 # What tests/integration/test_hub.py changes of the deployed hub, and nothing else.
-import functools
-
-from devkit.hub import pre_spawn
-from tests.integration import classroom_standin
-
 c = get_config()
 load_subconfig({deploy!r})
 c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
@@ -84,7 +75,6 @@ c.Authenticator.allowed_users = {learners!r}
 c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
 c.SimpleLocalProcessSpawner.home_dir_template = {home!r}
 c.Spawner.args = {args!r}
-{provision}
 c.JupyterHub.services.append({{"name": "suite", "api_token": {token!r}}})
 c.JupyterHub.load_roles.append({{
     "name": "suite", "services": ["suite"],
@@ -174,11 +164,14 @@ def running_hub(service_settings: Settings, tmp_path: Path) -> Iterator[Hub]:
         deploy=str(DEPLOY_CONFIG), port=port, hub_port=_free_port(),
         proxy_api_port=_free_port(), learners=set(LEARNERS),
         home=str(tmp_path / "home" / "{username}"), token=token,
-        args=["--allow-root"] if os.geteuid() == 0 else [], provision=PROVISION_OVERRIDE))
+        args=["--allow-root"] if os.geteuid() == 0 else []))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JUPYTER", "TEAMDESK_LANG", "LC_"))}
     env.update({"LANG": "C.UTF-8", "PYTHONPATH": str(ROOT),
                 "TEAMDESK_HUB_STATE": str(tmp_path / "state"),
+                # The hook's provisioning derives each learner's passwords from this
+                # class's secret (not the hub user's ~/.config/teamdesk/class-secret).
+                "TEAMDESK_CLASS_SECRET_FILE": str(tmp_path / "class-secret"),
                 hub.ADMIN_DATABASE_URL_ENV: service_settings.database_url,
                 hub.ADMIN_REDIS_URL_ENV: service_settings.redis_url})
     log = tmp_path / "hub.log"
@@ -191,7 +184,15 @@ def running_hub(service_settings: Settings, tmp_path: Path) -> Iterator[Hub]:
         _wait_for_hub(base, proc, log)
         yield Hub(base, token, tmp_path / "home", log)
     finally:
-        _stop(proc)
+        try:
+            _stop(proc)
+        finally:
+            # The learners the hook provisioned leave the suite's servers as they found
+            # them (roles, databases, Redis users): other tests of this worker use them.
+            known = classroom.learners(service_settings.database_url,
+                                       service_settings.redis_url)
+            classroom.remove(service_settings.database_url, service_settings.redis_url,
+                             [n for n in LEARNERS if n in known])
 
 
 # --- a kernel of the hub, driven through its websocket as JupyterLab does ---------------
@@ -442,9 +443,45 @@ async def test_a_class_runs_its_labs_at_once_on_a_real_hub(running_hub: Hub,
 
     assert len(watch.peak) >= len(runs), "the labs did not run side by side"
     assert max(watch.peak.values()) <= CONNECTIONS_PER_LAB, watch.peak
-    # Nothing a lab made is left: the learners' own databases (if provisioning made them)
-    # may stay, their labs' clones and keys may not.
-    theirs = {psycopg.conninfo.conninfo_to_dict(r.environment["DATABASE_URL"]).get("dbname")
-              for r in runs}
-    assert _databases(database_url) - databases_before - theirs == set()
+    # The hook provisioned each learner: their labs ran as their own role, within its limit.
+    assert set(watch.peak_by_role) == set(LEARNERS), watch.peak_by_role
+    assert max(watch.peak_by_role.values()) <= classroom.CONNECTION_LIMIT, watch.peak_by_role
+    envs = {r.user: r.environment for r in runs}
+    for me, classmate in zip(LEARNERS, LEARNERS[1:] + LEARNERS[:1], strict=True):
+        _check_confined(me, envs[me], classmate, envs[classmate])
+
+    # Nothing a lab made is left once the class is cleaned up: each learner keeps their
+    # own database and template (until `remove`), no lab clone and no key.
+    report = classroom.cleanup(database_url, redis_url, LEARNERS)
+    print("cleanup after class:", {r.name: (len(r.databases), r.keys) for r in report})
+    kept = {db for db in _databases(database_url) - databases_before
+            if not any(db == u or (db.endswith(f"_{u}") and db.startswith("teamdesk_tpl_"))
+                       for u in LEARNERS)}
+    assert kept == set()
     assert _keys(redis_url) - keys_before == set()
+
+
+def _check_confined(me: str, mine: dict[str, Any], classmate: str, theirs: dict[str, Any]
+                    ) -> None:
+    """Learner `me`, with the URLs their kernel was given: no superuser; cannot connect
+    to `classmate`'s database; cannot read or delete `classmate`'s keys, nor FLUSHALL."""
+    with psycopg.connect(mine["DATABASE_URL"], autocommit=True) as conn:
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+                            ).fetchone() == (False,)
+    their_db = psycopg.conninfo.conninfo_to_dict(theirs["DATABASE_URL"])["dbname"]
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(psycopg.conninfo.make_conninfo(mine["DATABASE_URL"], dbname=their_db))
+    key = f"{theirs['TEAMDESK_QUEUE_PREFIX']}:confinement-probe"
+    owner = redis.Redis.from_url(theirs["REDIS_URL"])
+    intruder = redis.Redis.from_url(mine["REDIS_URL"])
+    try:
+        owner.set(key, "theirs")
+        for attempt in (lambda: intruder.get(key), lambda: intruder.delete(key),
+                        lambda: intruder.flushall()):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                attempt()
+        assert owner.get(key) == b"theirs", f"{me} changed {classmate}'s key"
+    finally:
+        owner.delete(key)
+        owner.close()
+        intruder.close()
