@@ -353,15 +353,18 @@ _LINES: "tuple[tuple[re.Pattern[str], str | None, str], ...]" = tuple(
         (r"^(?:Collecting|Processing|Obtaining) (\S+)", None, "resolved"),
         (r"^Requirement already satisfied: (\S+)", None, "resolved"),
         (r"^ +(?:Downloading|Using cached) (\S+?)(?<!\.metadata)(?: |$)", None, "downloaded"),
-        # pip with metadata files, then uv: the wheels are downloaded after resolving.
-        (r"^(?:Downloading|Using cached) (\S+)", "downloading", "downloaded"),
+        # pip with metadata files: the wheels are downloaded after resolving.
+        (r"^(?:Downloading|Using cached) (\S+\.(?:whl|tar\.gz|zip))", "downloading",
+         "downloaded"),
         (r"^Installing collected packages: (.*)", "installing", "listed"),
         (r"^Successfully installed (.*)", "ready", "listed"),
         # uv: one summary line per phase.
         (r"^Resolved (\d+) packages?", "downloading", "number:resolved"),
         (r"^Prepared (\d+) packages?", "installing", "number:installed"),
         (r"^(?:Installed|Audited) (\d+) packages?", "ready", "number:installed"),
-        (r"^ (?:Downloaded|Built|\+) (\S+)", None, ""),
+        (r"^Downloading (\S+) \(", "downloading", ""),  # uv names only its large downloads
+        (r"^ Downloaded (\S+)", None, "downloaded"),
+        (r"^ +(?:Built|\+) (\S+)", None, ""),
     ))
 
 
@@ -437,6 +440,7 @@ class ProgressLine:
         self.tty = tty
         self.clock = clock
         self.drawn = ""  # what the in-place line shows now ("" when none is open)
+        self.settled = ""  # the same without the package at hand: what a phase leaves
         self.last = 0.0
 
     def text(self, progress: InstallProgress, live: bool) -> str:
@@ -459,20 +463,24 @@ class ProgressLine:
         if not new_phase and now - self.last < 0.1:
             return
         if new_phase and self.drawn:
-            self.stream.write("\n")
-        self._draw(self.text(progress, live=not new_phase))
+            self._write(self.settled, end="\n")  # the phase that ended, as it ended
+        self._draw(progress, live=not new_phase)
 
     def tick(self, progress: InstallProgress) -> None:
         """Redraw the clock on a terminal while the installer prints nothing."""
         if self.tty and self.drawn:
-            self._draw(self.text(progress, live=True))
+            self._draw(progress, live=True)
 
-    def _draw(self, text: str) -> None:
-        width = shutil.get_terminal_size().columns - 1
-        self.stream.write("\r\x1b[K" + text[:width])
-        self.stream.flush()
-        self.drawn = text
+    def _draw(self, progress: InstallProgress, live: bool) -> None:
+        self.drawn = self.text(progress, live)
+        self.settled = self.text(progress, live=False)
+        self._write(self.drawn)
         self.last = self.clock()
+
+    def _write(self, text: str, end: str = "") -> None:
+        width = shutil.get_terminal_size().columns - 1  # a wrapped line cannot be redrawn
+        self.stream.write("\r\x1b[K" + text[:width] + end)
+        self.stream.flush()
 
     def close(self) -> None:
         if self.tty and self.drawn:

@@ -450,10 +450,17 @@ def test_the_phases_of_pip_with_metadata_files():
 
 
 def test_the_phases_of_a_captured_uv_install():
-    assert _phases((OUTPUT / "uv-first-install.txt").read_text()) == [
-        ("downloading", "47 packages"),
-        ("installing", "47 packages"),
-        ("ready", "47 packages installed")]
+    """uv says how many it resolved, then names its large downloads as they finish."""
+    text = (OUTPUT / "uv-first-install.txt").read_text()
+    assert _phases(text) == [
+        ("downloading", "135 packages"),
+        ("installing", "135 packages"),
+        ("ready", "135 packages installed")]
+    progress = tasklab.InstallProgress()
+    for line in text.splitlines()[:30]:
+        progress.feed(line)
+    assert (progress.phase, progress.detail(), progress.item) == (
+        "downloading", "135 packages, 9 downloaded", "sqlalchemy")
 
 
 class _Clock:
@@ -486,7 +493,10 @@ def test_a_terminal_gets_one_line_redrawn_and_a_log_gets_plain_lines():
         "[tasklab]   24 s  installing … (4 packages)",
         "[tasklab]   26 s  ready (4 packages installed)"]
     assert "\r" not in plain
-    # On a terminal: a line per phase, each redrawn in place with the package at hand.
+    # On a terminal: a line per phase, redrawn in place with the package at hand, and left
+    # as the phase ended.
     assert terminal.count("\n") == 4
-    assert "\r\x1b[K[tasklab]    8 s  resolving … (3 packages, pandas)" in terminal
+    assert "\r\x1b[K[tasklab]    8 s  resolving … (3 packages, pandas)\r" in terminal
+    assert "\r\x1b[K[tasklab]   14 s  resolving … (4 packages)\n" in terminal
+    assert "\r\x1b[K[tasklab]   22 s  downloading … (4 packages, 3 downloaded)\n" in terminal
     assert terminal.endswith("\r\x1b[K[tasklab]   56 s  ready (4 packages installed)\n")
