@@ -390,19 +390,21 @@ class InstallProgress:
             found = pattern.match(line)
             if not found:
                 continue
-            value = found.group(1)
+            value, named = found.group(1), ""
             if count == "listed":
                 self.installed = len(value.replace(",", " ").split())
             elif count.startswith("number:"):
                 setattr(self, count.split(":")[1], int(value))
             else:
-                self.item = _package_name(value)
+                named = _package_name(value)
                 if count:
                     setattr(self, count, getattr(self, count) + 1)
-            if phase and PHASES.index(phase) > PHASES.index(self.phase):
+            new = bool(phase) and PHASES.index(phase) > PHASES.index(self.phase)
+            if new:
                 self.phase = phase
-                return True
-            return False
+            if named or new:  # a new phase starts with no package of the last one
+                self.item = named
+            return new
         return False
 
     def detail(self) -> str:
@@ -461,6 +463,7 @@ class ProgressLine:
             return
         now = self.clock()
         if not new_phase and now - self.last < 0.1:
+            self.settled = self.text(progress, live=False)  # not drawn, but the phase's end
             return
         if new_phase and self.drawn:
             self._write(self.settled, end="\n")  # the phase that ended, as it ended

@@ -500,3 +500,20 @@ def test_a_terminal_gets_one_line_redrawn_and_a_log_gets_plain_lines():
     assert "\r\x1b[K[tasklab]   14 s  resolving … (4 packages)\n" in terminal
     assert "\r\x1b[K[tasklab]   22 s  downloading … (4 packages, 3 downloaded)\n" in terminal
     assert terminal.endswith("\r\x1b[K[tasklab]   56 s  ready (4 packages installed)\n")
+
+
+def test_a_fast_installer_is_drawn_at_most_ten_times_a_second_and_each_phase_ends_right():
+    """Lines that come faster than the redraws still count: the line a phase leaves has
+    the last counts, and the next phase does not carry the last phase's package."""
+    clock, stream = _Clock(), io.StringIO()
+    line = tasklab.ProgressLine(start=100.0, stream=stream, tty=True, clock=clock)
+    progress = tasklab.InstallProgress()
+    line.show(progress, new_phase=True)
+    for text in (OUTPUT / "uv-first-install.txt").read_text().splitlines():
+        clock.now += 0.01
+        line.show(progress, new_phase=progress.feed(text))
+    line.close()
+    drawn = stream.getvalue().split("\r\x1b[K")
+    assert len(drawn) < 40  # 179 lines
+    assert "[tasklab]    0 s  downloading … (135 packages, 19 downloaded)\n" in drawn
+    assert "[tasklab]    0 s  installing … (135 packages)\n" in drawn
