@@ -360,7 +360,7 @@ _LINES: "tuple[tuple[re.Pattern[str], str | None, str], ...]" = tuple(
         (r"^Successfully installed (.*)", "ready", "listed"),
         # uv: one summary line per phase.
         (r"^Resolved (\d+) packages?", "downloading", "number:resolved"),
-        (r"^Prepared (\d+) packages?", "installing", "number:installed"),
+        (r"^Prepared (\d+) packages?", "installing", "none"),  # those not in its cache
         (r"^(?:Installed|Audited) (\d+) packages?", "ready", "number:installed"),
         (r"^Downloading (\S+) \(", "downloading", ""),  # uv names only its large downloads
         (r"^ Downloaded (\S+)", None, "downloaded"),
@@ -395,6 +395,8 @@ class InstallProgress:
                 self.installed = len(value.replace(",", " ").split())
             elif count.startswith("number:"):
                 setattr(self, count.split(":")[1], int(value))
+            elif count == "none":
+                pass
             else:
                 named = _package_name(value)
                 if count:
@@ -412,9 +414,10 @@ class InstallProgress:
         if self.phase in ("resolving", "downloading"):
             parts = [_packages(self.resolved), f"{self.downloaded} downloaded"]
             return ", ".join(part for part in parts if not part.startswith("0 "))
-        if not self.installed:
-            return ""
-        return _packages(self.installed) + (" installed" if self.phase == "ready" else "")
+        if self.phase == "installing":  # uv says how many only when they are in
+            count = self.installed or self.resolved
+            return _packages(count) if count else ""
+        return f"{_packages(self.installed)} installed" if self.installed else ""
 
 
 def _packages(count: int) -> str:
@@ -445,10 +448,12 @@ class ProgressLine:
         self.settled = ""  # the same without the package at hand: what a phase leaves
         self.last = 0.0
 
-    def text(self, progress: InstallProgress, live: bool) -> str:
+    def text(self, progress: InstallProgress, live: bool, ended: bool = False) -> str:
+        """The line for `progress` now: with the package at hand when `live`, without the
+        "…" when the phase has `ended` (a terminal's finished lines)."""
         elapsed = self.clock() - self.start
         words = [f"[tasklab] {elapsed:4.0f} s  {progress.phase}"]
-        if progress.phase != "ready":
+        if progress.phase != "ready" and not ended:
             words.append("…")
         detail = progress.detail()
         if detail:
@@ -463,7 +468,8 @@ class ProgressLine:
             return
         now = self.clock()
         if not new_phase and now - self.last < 0.1:
-            self.settled = self.text(progress, live=False)  # not drawn, but the phase's end
+            # Not drawn, but what the line says if the phase ends here.
+            self.settled = self.text(progress, live=False, ended=True)
             return
         if new_phase and self.drawn:
             self._write(self.settled, end="\n")  # the phase that ended, as it ended
@@ -476,7 +482,7 @@ class ProgressLine:
 
     def _draw(self, progress: InstallProgress, live: bool) -> None:
         self.drawn = self.text(progress, live)
-        self.settled = self.text(progress, live=False)
+        self.settled = self.text(progress, live=False, ended=True)
         self._write(self.drawn)
         self.last = self.clock()
 

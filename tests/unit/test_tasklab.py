@@ -46,6 +46,16 @@ Installing collected packages: pytz, alembic, pandas, teamdesk-task-lab
 Successfully installed alembic-1.20.1 pandas-2.3.3 pytz-2025.2 teamdesk-task-lab-0.1.0
 """
 
+#: uv's second install of the project (every wheel in its cache; pip was in the venv).
+UV_CACHED = """\
+Resolved 135 packages in 2.36s
+   Building teamdesk-task-lab @ file:///home/ada/teamdesk-task-lab
+      Built teamdesk-task-lab @ file:///home/ada/teamdesk-task-lab
+Prepared 1 package in 3.86s
+Installed 134 packages in 9.43s
+ + alembic==1.20.1
+"""
+
 PIP_NOT_FOUND = """\
 Obtaining file:///home/ada/teamdesk-task-lab
 Collecting foo==9 (from teamdesk-task-lab==0.1.0)
@@ -461,6 +471,11 @@ def test_the_phases_of_a_captured_uv_install():
         progress.feed(line)
     assert (progress.phase, progress.detail(), progress.item) == (
         "downloading", "135 packages, 9 downloaded", "sqlalchemy")
+    # With its cache full, uv prepares only the project itself, then installs the rest.
+    assert _phases(UV_CACHED) == [
+        ("downloading", "135 packages"),
+        ("installing", "135 packages"),
+        ("ready", "134 packages installed")]
 
 
 class _Clock:
@@ -497,8 +512,8 @@ def test_a_terminal_gets_one_line_redrawn_and_a_log_gets_plain_lines():
     # as the phase ended.
     assert terminal.count("\n") == 4
     assert "\r\x1b[K[tasklab]    8 s  resolving … (3 packages, pandas)\r" in terminal
-    assert "\r\x1b[K[tasklab]   14 s  resolving … (4 packages)\n" in terminal
-    assert "\r\x1b[K[tasklab]   22 s  downloading … (4 packages, 3 downloaded)\n" in terminal
+    assert "\r\x1b[K[tasklab]   14 s  resolving (4 packages)\n" in terminal
+    assert "\r\x1b[K[tasklab]   22 s  downloading (4 packages, 3 downloaded)\n" in terminal
     assert terminal.endswith("\r\x1b[K[tasklab]   56 s  ready (4 packages installed)\n")
 
 
@@ -515,5 +530,5 @@ def test_a_fast_installer_is_drawn_at_most_ten_times_a_second_and_each_phase_end
     line.close()
     drawn = stream.getvalue().split("\r\x1b[K")
     assert len(drawn) < 40  # 179 lines
-    assert "[tasklab]    0 s  downloading … (135 packages, 19 downloaded)\n" in drawn
-    assert "[tasklab]    0 s  installing … (135 packages)\n" in drawn
+    assert "[tasklab]    0 s  downloading (135 packages, 19 downloaded)\n" in drawn
+    assert "[tasklab]    0 s  installing (135 packages)\n" in drawn
