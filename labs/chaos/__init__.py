@@ -12,7 +12,8 @@ that benchmark, by `tests/labs/test_chaos.py` and by `notebooks/90-chaos.ipynb`:
     ChaosConfig(..., counterexample="legacy-failed-listener")  # same seed, W2 broken
     ChaosConfig(..., counterexample="lease-less-export")  # P3, P5 broken: a clobber
     report.verdict()             # "conclusive: …" / "inconclusive (…)": struck running work?
-    report.strikes, report.history  # each strike (on a RUNNING task?), each claim/result
+    report.fault_table()         # one row per scheduled fault: due, struck, task, lease
+    report.strikes, report.history  # each strike (on a RUNNING task), each claim/result
 
 One concept per module:
 
@@ -23,6 +24,7 @@ One concept per module:
 - `schedule` — `make_schedule`: the faults, a pure function of (seed, K, D, kinds), printed
   before the run (`--dry-run` prints it and stops);
 - `plan`     — `make_plan`: the tasks the services will be asked for, from (seed, M);
+  `STRIKE_EXPORT`: the export each fault asks for when due, once per worker;
 - `config`   — `ChaosConfig`, the counterexamples a run can switch on;
 - `guards`   — a Redis of the run's own to restart, a working proxy for cuts, `ChaosRefused`;
 - `workload` — the teams seeded and the plan created through the services (O1), recorded
@@ -63,12 +65,20 @@ settle until every task is COMPLETED or FAILED. Then the invariants (`Invariant`
 - no result written over a newer lease: walked in time order, every result write in the
   recorded history was made by the newest execution that had claimed its task (P3, P5, W2);
 
-Each fault strikes running work: it waits (bounded, `ChaosConfig.hold_wait`) until its
-worker holds an export in flight, checks the ledger says RUNNING under that lease, and
-strikes; a frozen or Redis-struck executor is let go only once its lease was taken over
-(or cleared by D6), so its next write meets `LeaseLost`. The report counts the strikes
-on RUNNING tasks, stalls, leases lost and D6 recoveries, and says "inconclusive" when
-fewer than 3 faults struck a RUNNING task or no lease was lost;
+Each fault strikes running work, at its offset or later, the faults one at a time in the
+schedule's order, once its sync points have come: its worker free of the fault before
+(a process or link fault; a Redis restart takes any free worker), then holding an export
+between two batches of a task no fault has struck yet, RUNNING in the ledger under that
+worker's lease. So that one always comes, the fault asks for `STRIKE_EXPORT` once per
+worker when due, and the other free workers hold whatever export they take until its
+worker holds one; a hold whose lease lapsed meanwhile (a starved machine) is let go and
+the next awaited. Every wait is bounded (`ChaosConfig.hold_wait`), and the bound only
+detects a stuck system: a fault that passes it is a violation, never a skip. A frozen or
+Redis-struck executor is let go only once its lease was taken over (or cleared by D6),
+so its next write meets `LeaseLost`. The report counts the strikes on RUNNING tasks and
+the different tasks they held, stalls, leases lost and D6 recoveries, and says
+"conclusive" only when every kind scheduled struck a RUNNING task, on at least three
+different tasks, and a lease was lost — else "inconclusive", and why;
 
 then a summary (faults by kind, tasks by status, FAILED texts, recovery notes from the
 worker logs) and `report.ok`; `benchmarks.chaos` exits 0, or 1 on any violation (2:

@@ -1,13 +1,14 @@
 """The driver of one chaos run: its clock, worker processes, proxies and Redis, and one
 method per fault kind (named after the kind in `labs.chaos.kinds.FAULT_KINDS`), plus the
 background duties of the window — a supervisor, the waves of new tasks, the snapshots of
-COMPLETED rows — and the settle phase after it."""
+COMPLETED rows — and the settle phase after it. Every fault goes through `_struck`: its
+sync points, waited for in the schedule's order, then its strike on a RUNNING task of its
+own."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +22,8 @@ from labs.chaos.checker import completed_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.guards import RedisRestart
 from labs.chaos.holds import Held, Holds, read_history
-from labs.chaos.plan import Spec
+from labs.chaos.kinds import FAULT_KINDS
+from labs.chaos.plan import STRIKE_EXPORT, Spec
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected, create, later_specs
@@ -57,12 +59,14 @@ class Driver:
         self.wall0 = 0.0
         #: (start, end) offsets of Redis outages, for recovery notes.
         self.outages: list[tuple[float, float]] = []
-        #: The strike holds of the run's workers (`labs.chaos.holds`), and the workers
-        #: armed or held for a fault right now (one fault at a time per worker).
+        #: The strike holds of the run's workers (`labs.chaos.holds`).
         self.holds: Holds | None = None
+        #: Whose turn it is to wait for its sync points and strike (`_turn`): the faults
+        #: take turns in the schedule's order.
+        self._turns = asyncio.Condition()
+        self._next_fault = 0
         #: Takeover races are staged one after another (`takeover`).
         self._race = asyncio.Lock()
-        self.holding: dict[int, Held | None] = {}
         #: The run's fault schedule (`run_chaos` sets it before the window opens).
         self.schedule: list[FaultEvent] = []
 
@@ -117,65 +121,152 @@ class Driver:
             row = (await statements.run(s, "lease_of", {"id": task_id})).first()
         return None if row is None else (row[0], row[1])
 
-    @contextlib.asynccontextmanager
-    async def _holding(self, ev: FaultEvent, workers: list[int]
-                       ) -> AsyncIterator[Held | None]:
-        """Arm `workers` and wait, at most `config.hold_wait` s, until one holds an export
-        between two batches (`labs.chaos.holds`); yields it, or None. A worker already
-        holding one for an earlier fault is struck as it is (that hold is borrowed, and
-        its owner releases it). On exit every hold of this fault is disarmed, and
-        released if still held (the strike may release earlier)."""
-        deadline = time.monotonic() + self.config.hold_wait
-        def armed_elsewhere() -> bool:
-            return any(i in self.holding and self.holding[i] is None for i in workers)
+    def _index(self, name: str) -> int:
+        return next(i for i, w in enumerate(self.procs) if w.name == name)
 
-        while armed_elsewhere() and time.monotonic() < deadline:  # noqa: ASYNC110
-            # Armed for an earlier fault, not holding yet: wait for that hold to share it.
-            await asyncio.sleep(0.02)  # poll interval of the earlier fault's state
-        borrowed = next((h for i in workers if isinstance(h := self.holding.get(i), Held)),
-                        None)
-        if borrowed is not None:
-            yield dataclasses.replace(borrowed, borrowed=True)
-            return
-        mine = [i for i in workers if i not in self.holding and self.procs[i].alive]
-        if self.holds is None or not mine:
+    @contextlib.asynccontextmanager
+    async def _turn(self, index: int) -> AsyncIterator[None]:
+        """Fault `index`'s turn to wait for its sync points and strike. Faults take turns
+        in the schedule's order, one at a time, so what one arms the next cannot undo;
+        the turn ends at the strike, not with the fault."""
+        async with self._turns:
+            await self._turns.wait_for(lambda: self._next_fault >= index)
+        try:
+            yield
+        finally:
+            async with self._turns:
+                self._next_fault = max(self._next_fault, index + 1)
+                self._turns.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def _struck(self, ev: FaultEvent
+                      ) -> AsyncIterator[tuple[WorkerProc, Held, Strike] | None]:
+        """A fault's sync points, then its strike. In its turn (`_turn`): its worker free
+        of any earlier fault (the worker's lock, kept until this fault is over), then
+        holding an export of a task no fault has struck yet, between two batches, RUNNING
+        under that worker's lease. Yields (worker, hold, strike), and the body strikes at
+        once; or None when `config.hold_wait` passed first, which is a violation: the
+        fault brought exports of its own, so only a stuck system gets there."""
+        index = self.schedule.index(ev)
+        async with self._turn(index):
+            got = await self._hold_for(ev, index, time.monotonic() + self.config.hold_wait)
+        if got is None:
             yield None
             return
-        tokens = {self.procs[i].name: self.holds.arm(self.procs[i].name) for i in mine}
-        self.holding.update(dict.fromkeys(mine))
+        w, lock, held, strike = got
         try:
-            held = await self.holds.reached(list(tokens), tokens, self.config.hold_wait)
-            for i in mine:  # the others need not hold any more
-                name = self.procs[i].name
-                if held is None or name != held.worker:
-                    # Released now, not at the end of the strike: a worker that read its
-                    # arm before the disarm still holds once, and with one job slot it
-                    # would take no other job (no E2, no takeover) until this fault ends.
-                    self.holds.disarm(name, tokens[name])
-                    self.holds.release(name, tokens[name])
-                    self.holding.pop(i, None)
-                else:
-                    self.holding[i] = held
-            yield held
+            yield w, held, strike
+            if FAULT_KINDS[ev.kind].target == "process":
+                self.report.timeline.append((strike.at, self.now(), w.name, ev.kind))
+            self.report.executed[ev.kind] += 1
         finally:
-            for name, token in tokens.items():
-                self.holds.disarm(name, token)
-                self.holds.release(name, token)
-            for i in mine:
-                self.holding.pop(i, None)
+            self._let_go(held)
+            lock.release()
 
-    async def _strike(self, ev: FaultEvent, lane: str, held: Held | None) -> Strike:
-        """Record the strike; a held task counts as struck RUNNING only if the ledger says
-        RUNNING under the held execution id right now."""
-        on_running = False
-        if held is not None:
-            on_running = await self.lease(held.task_id) == ("RUNNING", held.execution_id)
-        strike = Strike(self.now(), ev.kind, lane, held.worker if held else None,
-                        held.task_id if held else None,
-                        held.execution_id if held else None, on_running)
+    async def _hold_for(self, ev: FaultEvent, index: int, deadline: float
+                        ) -> tuple[WorkerProc, asyncio.Lock, Held, Strike] | None:
+        """`_struck`'s waits: the worker's lock (a fault on one worker) or some free worker
+        (`_free`), then a hold (`_wait_hold`); records the strike."""
+        lock: asyncio.Lock | None = None
+        if ev.worker is not None:
+            lock = self.locks[ev.worker]
+            try:
+                await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return self._missed(ev, f"w{ev.worker + 1} was still under an earlier fault")
+            targets = [ev.worker]
+            w = self.procs[ev.worker]
+            if not w.alive:  # it exited by itself; the supervisor waits for its lock
+                w.start()
+                self.note(f"started {w.name} again (pid {w.pid}) for the {ev.kind} due")
+        else:
+            targets = await self._free(ev, deadline)
+        try:
+            held = await self._wait_hold(targets, deadline) if targets else None
+            if held is not None and lock is None:
+                lock = self.locks[self._index(held.worker)]
+                await lock.acquire()  # free when armed; at most a supervisor's moment
+        except BaseException:
+            if ev.worker is not None:
+                self.locks[ev.worker].release()
+            raise
+        if held is None or lock is None:
+            if lock is not None:
+                lock.release()
+            return self._missed(ev, "no export of a task not struck yet was held")
+        lane = "redis" if FAULT_KINDS[ev.kind].target == "server" else held.worker
+        strike = Strike(self.now(), ev.kind, lane, held.worker, held.task_id,
+                        held.execution_id, on_running=True, fault=index, due=ev.at)
         self.report.strikes.append(strike)
-        self.report.struck_running[ev.kind] += 1 if on_running else 0
-        return strike
+        self.report.struck_running[ev.kind] += 1
+        return self.procs[self._index(held.worker)], lock, held, strike
+
+    async def _free(self, ev: FaultEvent, deadline: float) -> list[int]:
+        """The workers no earlier fault has now (waiting, bounded, until there is one); for
+        a Redis restart, preferably ones no later fault is scheduled on while it may hold
+        them, so those faults need not wait for it."""
+        while True:
+            free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
+            if free or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)  # poll interval of the earlier faults' locks
+        if ev.kind == "redis":
+            busy = {e.worker for e in self.schedule
+                    if e.worker is not None and ev.at <= e.at <= ev.at + _SERVER_HOLD_S}
+            free = [i for i in free if i not in busy] or free
+        return free
+
+    async def _wait_hold(self, targets: list[int], deadline: float) -> Held | None:
+        """Arm `targets`, ask the services for the fault's exports (`STRIKE_EXPORT`, one
+        per worker) and wait until a target holds an export of a task not struck yet,
+        RUNNING under its lease: the first to hold is the one struck. With one target,
+        every other free worker is armed as well and kept holding until then, so the
+        fault's exports are left to its worker (with one export per worker, one is).
+        Then everyone but the held one goes on. None if `deadline` passed first."""
+        assert self.holds is not None and self.report.expected is not None
+        holds, names = self.holds, [w.name for w in self.procs]
+        exclude = self.report.struck_tasks
+        tokens = {i: holds.arm(names[i], exclude=exclude) for i in targets}
+        parked: dict[int, int] = {}
+        for _ in range(self.config.workers):
+            await create(self.sessions, STRIKE_EXPORT, self.report.expected)
+            self.report.strike_exports += 1
+        held: Held | None = None
+        try:
+            while held is None and time.monotonic() < deadline:
+                if len(targets) == 1:  # a worker freed meanwhile is parked too
+                    for i, lock in enumerate(self.locks):
+                        if i not in tokens and i not in parked and not lock.locked():
+                            parked[i] = holds.arm(names[i], exclude=exclude)
+                found = await holds.reached([names[i] for i in tokens],
+                                            {names[i]: t for i, t in tokens.items()},
+                                            min(0.25, max(0.0, deadline - time.monotonic())))
+                if found is None:
+                    continue
+                if await self.lease(found.task_id) == ("RUNNING", found.execution_id):
+                    held = found
+                    break
+                # Its lock lapsed while it was held (a starved machine) and another claim
+                # has the task now: let it go on and wait for the next one.
+                self.note(f"{found.worker} held {found.task_id}, no longer RUNNING under "
+                          f"{found.execution_id[:8]}; waiting for another")
+                holds.release(found.worker, found.token)
+                tokens[self._index(found.worker)] = holds.arm(found.worker, exclude=exclude)
+        finally:
+            for i, token in [*tokens.items(), *parked.items()]:
+                if held is None or names[i] != held.worker:
+                    holds.disarm(names[i], token)
+                    holds.release(names[i], token)
+        return held
+
+    def _missed(self, ev: FaultEvent, why: str) -> None:
+        """A fault whose sync points did not come within the bound: a violation."""
+        self.report.missed[ev.kind] += 1
+        self.note(f"{ev.kind} due at +{ev.at:.2f} s MISSED: {why} within "
+                  f"{self.config.hold_wait:g} s")
+        self.report.violate(f"fault {ev.describe().strip()!r}: {why} within "
+                            f"{self.config.hold_wait:g} s (a sync point that never came: "
+                            "the system is stuck)")
 
     async def _until_lease_replaced(self, held: Held, strike: Strike, timeout: float, *,
                                     cleared_will_do: bool = False) -> None:
@@ -198,44 +289,41 @@ class Driver:
         strike.lease_after = ("taken over" if newer else
                               "kept" if state == ("RUNNING", held.execution_id) else "cleared")
 
-    def _let_go(self, held: Held | None) -> None:
-        """Release a hold this fault owns (a borrowed one is its owner's to release)."""
-        if held is not None and not held.borrowed and self.holds is not None:
+    def _let_go(self, held: Held) -> None:
+        """Let a held executor go on (idempotent): no more holding for its token."""
+        if self.holds is not None:
+            self.holds.disarm(held.worker, held.token)
             self.holds.release(held.worker, held.token)
 
     @staticmethod
-    def _what(held: Held | None, strike: Strike) -> str:
-        if held is None:
-            return "no export held within the bound"
+    def _what(held: Held, strike: Strike) -> str:
         return (f"holding {held.task_id} (execution {held.execution_id[:8]}, "
                 f"{'RUNNING' if strike.on_running else 'no longer RUNNING'})")
 
     # ------------------------------------------------------------ the faults, one per kind
 
     async def fault(self, ev: FaultEvent) -> None:
-        """Strike `ev` at its offset, through the method named after its kind."""
+        """Strike `ev` at its offset or later (`_struck`), through the method named after
+        its kind."""
         await self._sleep_until(ev.at)
         await getattr(self, ev.kind)(ev)
 
     async def redis(self, ev: FaultEvent) -> None:
-        """Once a worker holds an export in flight (any worker, bounded wait): stop the
-        run's own Redis, start it again (empty) after the hold; the held executor goes on
-        only once its lease is gone — the job vanished with Redis, so only D6 can bring
-        the RUNNING row back — and its next write then meets LeaseLost (D6, P6)."""
+        """Once a worker holds an export in flight (any free worker): stop the run's own
+        Redis, start it again (empty) after the hold; the held executor goes on only once
+        its lease is gone — the job vanished with Redis, so only D6 can bring the RUNNING
+        row back — and its next write then meets LeaseLost (D6, P6)."""
         assert self.restarter is not None
-        free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
-        # Prefer a worker no other fault is scheduled on while this one may hold it, so
-        # later faults strike work of their own.
-        busy = {e.worker for e in self.schedule
-                if e.worker is not None and ev.at <= e.at <= ev.at + _SERVER_HOLD_S}
-        free = [i for i in free if i not in busy] or free
-        async with self._holding(ev, free) as held:
-            strike = await self._strike(ev, "redis", held)
+        async with self._struck(ev) as struck:
+            if struck is None:
+                return
+            _, held, strike = struck
             started = self.now()
             self.redis_down = True
             await self.restarter.stop()
             self.note(f"redis stopped ({self.now() - started:.2f} s to stop), "
-                      f"{self._what(held, strike)}; start again in {ev.hold:.2f} s")
+                      f"{self._what(held, strike)} on {held.worker}; start again in "
+                      f"{ev.hold:.2f} s")
             try:
                 await asyncio.sleep(ev.hold)
             finally:
@@ -244,21 +332,20 @@ class Driver:
             self.report.timeline.append((started, self.now(), "redis", "redis"))
             self.note(f"redis started again (empty); unavailable for "
                       f"{self.now() - started:.2f} s")
-            if held is not None:
-                await self._until_lease_replaced(held, strike, _SERVER_HOLD_S,
-                                                 cleared_will_do=True)
-                self._let_go(held)
-                self.note(f"released {held.worker}'s executor of {held.task_id}; its lease "
-                          f"was {strike.lease_after}")
-        self.report.executed["redis"] += 1
+            await self._until_lease_replaced(held, strike, _SERVER_HOLD_S,
+                                             cleared_will_do=True)
+            self._let_go(held)
+            self.note(f"released {held.worker}'s executor of {held.task_id}; its lease "
+                      f"was {strike.lease_after}")
 
     async def cut(self, ev: FaultEvent) -> None:
         """Cut one worker's Redis link (its proxy) while it holds an export, let the
         executor go on into the cut, heal the link after the hold."""
-        assert ev.worker is not None
-        w, proxy = self.procs[ev.worker], self.proxies[ev.worker]
-        async with self._holding(ev, [ev.worker]) as held:
-            strike = await self._strike(ev, w.name, held)
+        async with self._struck(ev) as struck:
+            if struck is None:
+                return
+            w, held, strike = struck
+            proxy = self.proxies[self._index(w.name)]
             n = await proxy.cut()
             cut_at = self.now()
             self._let_go(held)
@@ -269,20 +356,19 @@ class Driver:
             finally:
                 await proxy.heal()
                 self.report.timeline.append((cut_at, self.now(), w.name, "cut"))
-        self.note(f"healed {w.name}'s Redis link")
-        self.report.executed["cut"] += 1
+            self.note(f"healed {w.name}'s Redis link")
 
     async def sigkill(self, ev: FaultEvent) -> None:
         """SIGKILL a worker (no drain) while it holds an export in flight, restart it
         after the hold: its RUNNING row stalls and is taken over (D6 if nobody does)."""
-        async with self._process_fault(ev) as w:
-            if w is None:
+        async with self._struck(ev) as struck:
+            if struck is None:
                 return
-            async with self._holding(ev, [ev.worker]) as held:
-                strike = await self._strike(ev, w.name, held)
-                pid = w.pid
-                w.send(signal.SIGKILL)
-                code = await w.wait_exit(10)
+            w, held, strike = struck
+            pid = w.pid
+            w.send(signal.SIGKILL)
+            code = await w.wait_exit(10)
+            self._let_go(held)  # nothing left to hold; its next start must not stop there
             self.note(f"SIGKILL {w.name} (pid {pid}), {self._what(held, strike)}: exit {code}")
             await self._restart_after(w, ev.hold)
 
@@ -290,15 +376,14 @@ class Driver:
         """SIGTERM a worker while it holds an export in flight, and let the export go on:
         it must drain and exit 0, or 3 after its drain timeout (W4); restart it after the
         hold."""
-        async with self._process_fault(ev) as w:
-            if w is None:
+        async with self._struck(ev) as struck:
+            if struck is None:
                 return
-            async with self._holding(ev, [ev.worker]) as held:
-                strike = await self._strike(ev, w.name, held)
-                pid = w.pid
-                w.send(signal.SIGTERM)
-                self._let_go(held)
-                code = await w.wait_exit(CHAOS_WORKER.drain_timeout_s + 8)
+            w, held, strike = struck
+            pid = w.pid
+            w.send(signal.SIGTERM)
+            self._let_go(held)
+            code = await w.wait_exit(CHAOS_WORKER.drain_timeout_s + 8)
             if code is None:
                 w.kill()
                 code = w.p.returncode if w.p else None
@@ -322,23 +407,20 @@ class Driver:
         """Freeze a worker past its lock while it holds an export in flight; SIGCONT
         after the hold, once another claim has taken the task over (bounded): the frozen
         executor's next write must match nothing (LeaseLost, P3, P6)."""
-        async with self._process_fault(ev) as w:
-            if w is None:
+        async with self._struck(ev) as struck:
+            if struck is None:
                 return
-            async with self._holding(ev, [ev.worker]) as held:
-                strike = await self._strike(ev, w.name, held)
-                w.send(signal.SIGSTOP)
-                self.note(f"SIGSTOP {w.name}, {self._what(held, strike)}")
-                try:
-                    await asyncio.sleep(ev.hold)
-                    if held is not None:
-                        await self._until_lease_replaced(held, strike, 6.0)
-                        self._let_go(held)
-                finally:
-                    w.send(signal.SIGCONT)
-            after = strike.lease_after
+            w, held, strike = struck
+            w.send(signal.SIGSTOP)
+            self.note(f"SIGSTOP {w.name}, {self._what(held, strike)}")
+            try:
+                await asyncio.sleep(ev.hold)
+                await self._until_lease_replaced(held, strike, 6.0)
+                self._let_go(held)
+            finally:
+                w.send(signal.SIGCONT)
             self.note(f"SIGCONT {w.name} (pid {w.pid}) after {self.now() - strike.at:.2f} s "
-                      f"frozen" + (f"; its lease was {after}" if after else ""))
+                      f"frozen; its lease was {strike.lease_after}")
 
     async def takeover(self, ev: FaultEvent) -> None:
         """The takeover race staged by gates (ch. 26 §4), the same way every run: the
@@ -349,31 +431,16 @@ class Driver:
         detects a step that never came (then the strike says so). A lease-less export
         clobbers here every time (P3, P5). The product's E1 meets LeaseLost instead (P6)
         and writes no result, so E2 waits for the bound: the kind is for counterexamples."""
-        async with self._race:  # one race at a time: its gates arm every other worker
-            await self._takeover(ev)
+        # One race at a time: its gates arm every other worker, which the next fault's
+        # arming would undo.
+        async with self._race, self._struck(ev) as struck:
+            if struck is not None:
+                w, held, strike = struck
+                await self._stage_takeover(ev, held, w, strike)
 
-    async def _takeover(self, ev: FaultEvent) -> None:
-        free = [i for i, lock in enumerate(self.locks) if not lock.locked()]
-        async with self._holding(ev, free) as held:
-            if held is None or held.borrowed:  # another fault's hold is that fault's to strike
-                self.report.skipped[ev.kind] += 1
-                self.note(f"{ev.kind} skipped: no export held within the bound")
-                return
-            if await self.lease(held.task_id) != ("RUNNING", held.execution_id):
-                # E1 must own the lease for there to be a race: on a starved machine its
-                # lock can lapse while it is held, and another claim has taken it already.
-                self.report.skipped[ev.kind] += 1
-                self.note(f"{ev.kind} skipped: {held.worker}'s execution "
-                          f"{held.execution_id[:8]} no longer owned {held.task_id}")
-                return
-            a = next(i for i, w in enumerate(self.procs) if w.name == held.worker)
-            async with self.locks[a]:
-                await self._stage_takeover(ev, held, self.procs[a])
-        self.report.executed[ev.kind] += 1
-
-    async def _stage_takeover(self, ev: FaultEvent, held: Held, w: WorkerProc) -> None:
+    async def _stage_takeover(self, ev: FaultEvent, held: Held, w: WorkerProc,
+                              strike: Strike) -> None:
         assert self.holds is not None
-        strike = await self._strike(ev, w.name, held)
         others = [p for p in self.procs if p is not w and p.alive]
         tokens = {p.name: self.holds.arm(p.name, held.task_id) for p in others}
         w.send(signal.SIGSTOP)
@@ -413,27 +480,6 @@ class Driver:
             return True
         except TimeoutError:
             return False
-
-    @contextlib.asynccontextmanager
-    async def _process_fault(self, ev: FaultEvent) -> AsyncIterator[WorkerProc | None]:
-        """A fault on a worker process, holding that worker's lock: yields the worker, or
-        None (counted as skipped) when an earlier fault still has it down; the span goes
-        to the swimlanes and the strike is counted once the body is done."""
-        assert ev.worker is not None
-        w, lock = self.procs[ev.worker], self.locks[ev.worker]
-        if lock.locked() or not w.alive:
-            self.report.skipped[ev.kind] += 1
-            self.note(f"{ev.kind} {w.name} skipped: an earlier fault still has it down")
-            yield None
-            return
-        async with lock:
-            entered, strikes = self.now(), len(self.report.strikes)
-            yield w
-            # The bar starts at the strike (after the wait for a hold), not at the entry.
-            struck_at = next((st.at for st in self.report.strikes[strikes:]
-                              if st.lane == w.name and st.kind == ev.kind), entered)
-            self.report.timeline.append((struck_at, self.now(), w.name, ev.kind))
-        self.report.executed[ev.kind] += 1
 
     async def _restart_after(self, w: WorkerProc, hold: float) -> None:
         await asyncio.sleep(hold)

@@ -16,14 +16,15 @@ the product's `teamdesk worker` starts, through the product's probe API
   claimed a task when, which one wrote its result);
 - at `export.after_read` — a batch read, before its progress write, where the book's
   takeover test pauses A (ch. 26 §4) — while `<name>.arm` holds a token this worker has
-  not held for yet (and, when the arm names a task, for that task only), it writes
-  `<name>.reached` (the token and the probe context: task, run, execution id) and waits
-  until `<name>.release` holds that token. Its lock is still renewed meanwhile: a held
-  export is RUNNING, not stalled, until a fault strikes it.
+  not held for yet (and, when the arm names a task, for that task only; never for a task
+  the arm excludes: one struck already), it writes `<name>.reached` (the token and the
+  probe context: task, run, execution id) and waits until `<name>.release` holds that
+  token. Its lock is still renewed meanwhile: a held export is RUNNING, not stalled,
+  until a fault strikes it.
 
-**Driver side** (`Holds`): `arm(name)` → token, `await reached(name, token, timeout)` →
-the held `Held` or None, `release(name, token)`, `disarm(name, token)` (which also
-releases a hold that came too late to be used, if it has come by then).
+**Driver side** (`Holds`): `arm(name, exclude=…)` → token, `await reached(names, tokens,
+timeout)` → the held `Held` or None, `release(name, token)`, `disarm(name, token)` (which
+also releases a hold that came too late to be used, if it has come by then).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,8 +78,6 @@ class Held:
     task_id: str
     run: int
     execution_id: str
-    #: Struck by a later fault while an earlier one holds it: only the earlier releases.
-    borrowed: bool = False
 
 
 def _write(path: Path, payload: Any) -> None:
@@ -127,7 +126,9 @@ def install(folder: Path, name: str) -> Callable[[], None]:
             return
         armed = _read(arm) or {}
         token = armed.get("token")
-        if token is None or token in held or armed.get("task_id") not in (None, ctx["task_id"]):
+        if (token is None or token in held
+                or armed.get("task_id") not in (None, ctx["task_id"])
+                or ctx["task_id"] in armed.get("exclude", ())):
             return
         before = _read(reached)
         if before is not None and before.get("token") == token:
@@ -157,11 +158,14 @@ class Holds:
     def _path(self, name: str, what: str) -> Path:
         return self.folder / f"{name}.{what}"
 
-    def arm(self, name: str, task_id: str | None = None) -> int:
+    def arm(self, name: str, task_id: str | None = None,
+            exclude: Collection[str] = ()) -> int:
         """Ask worker `name` to hold its next export between two batches — of `task_id`
-        only, when given (an executor that took that task over); the token."""
+        only, when given (an executor that took that task over), and of none of the tasks
+        in `exclude` (struck already: each strike gets a task of its own); the token."""
         self._tokens += 1
-        _write(self._path(name, "arm"), {"token": self._tokens, "task_id": task_id})
+        _write(self._path(name, "arm"), {"token": self._tokens, "task_id": task_id,
+                                         "exclude": sorted(exclude)})
         return self._tokens
 
     def held(self, name: str, token: int) -> Held | None:

@@ -56,6 +56,13 @@ class ReminderSpec:
 
 Spec = ExportSpec | ReminderSpec
 
+#: What each fault asks the services for when it is due, once per worker
+#: (`labs.chaos.driver`): the team's high and urgent tickets (about 30 % of them), read in
+#: a few batches, so a worker can be held between two of them. One per worker: whichever
+#: export each worker takes, the struck worker gets one (the others hold theirs until it
+#: does).
+STRIKE_EXPORT = ExportSpec("ben", Scope.TEAM, {"priority": ["HIGH", "URGENT"]})
+
 _TEXTS = ("Login", "Invoice", "Export", "slow", "error 500", "#1", "Safari", "50%", "e_mail",
           "Two-factor", "total")
 

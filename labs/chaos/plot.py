@@ -16,10 +16,10 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
     """Swimlanes of a chaos run: one lane per worker and one for Redis, a bar for each
     fault while it lasted (SIGKILL/SIGTERM: down until restarted; SIGSTOP: frozen; cut:
     link cut; Redis: stopped), in its kind's colour, and under them the COMPLETED rows
-    over time; a marker at each strike (filled: it struck a RUNNING task held in flight;
-    a red × under it: that task's lease was then replaced, so its executor met
-    LeaseLost). Headless (matplotlib's object API); returns the figure, saved to `path`
-    if given."""
+    over time; a marker at each strike (on a RUNNING task held in flight; a red × under
+    it: that task's lease was then replaced, so its executor met LeaseLost). The shaded
+    part is where the faults were due. Headless (matplotlib's object API); returns the
+    figure, saved to `path` if given."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -41,13 +41,13 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
         top.barh(y[lane] + shift, max(end - start, 0.05), left=start,
                  height=0.32 if lane != "redis" else 0.6,
                  color=FAULT_KINDS[kind].colour if kind in FAULT_KINDS else "#333333")
-    # The strikes: a filled marker where a fault struck a RUNNING task its worker held
-    # between two batches (on that worker's lane, also for a Redis restart), a hollow one
-    # where none was held; "×" where the held lease was then replaced (LeaseLost next).
+    # The strikes: a marker where a fault struck a RUNNING task its worker held between
+    # two batches (on that worker's lane, also for a Redis restart); "×" where the held
+    # lease was then replaced (LeaseLost next).
     for st in report.strikes:
         lane = st.worker or st.lane
         top.plot([st.at], [y[lane] + 0.42], marker="v", markersize=9, color="black",
-                 markerfacecolor="black" if st.on_running else "none", zorder=5)
+                 zorder=5)
         if st.lease_after in ("taken over", "cleared"):
             top.plot([st.at], [y[lane] - 0.42], marker="x", markersize=8, color="#d62728",
                      zorder=5)
@@ -60,8 +60,6 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
                                          cx=cx) if cx else ""))
     marks = [Line2D([], [], marker="v", color="black", linestyle="none",
                     label=say("chaos.plot.struck", "struck a RUNNING task")),
-             Line2D([], [], marker="v", color="black", markerfacecolor="none",
-                    linestyle="none", label=say("chaos.plot.none-held", "none held")),
              Line2D([], [], marker="x", color="#d62728", linestyle="none",
                     label=say("chaos.plot.lease-replaced", "its lease replaced"))]
     top.legend(handles=[Patch(color=kind.colour, label=name)

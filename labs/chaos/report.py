@@ -13,21 +13,22 @@ from typing import Any
 from labs.chaos.checker import Invariant, Violation, invariant_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.holds import Crossing
+from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected
 from labs.i18n import say
 from labs.timings import CHAOS_WORKER, describe
 
-#: A run is conclusive about running work when at least this many faults struck a task
-#: that was RUNNING in the ledger, held by the struck worker's process.
-MIN_STRUCK_RUNNING = 3
+#: A run is conclusive about running work only when its strikes held at least this many
+#: different tasks RUNNING (the same task struck twice counts once) — and every kind
+#: scheduled struck one (`ChaosReport.conclusive`).
+MIN_DISTINCT_TASKS = 3
 
 
 @dataclass
 class Strike:
     """One fault as it struck: on a task held in flight (`task_id` set and verified
-    RUNNING with that execution id in the ledger just before), or on whatever the worker
-    was doing (none held within the bound)."""
+    RUNNING with that execution id in the ledger just before)."""
 
     #: Seconds after the window opened.
     at: float
@@ -40,6 +41,10 @@ class Strike:
     execution_id: str | None = None
     #: The held task was RUNNING under that execution id when the fault struck.
     on_running: bool = False
+    #: Its fault's place in the schedule, and that fault's offset: a fault strikes at its
+    #: offset or later, once its sync points have come (`labs.chaos.driver`).
+    fault: int = 0
+    due: float = 0.0
     #: What the held lease had become when its executor was let go on: "taken over" (a
     #: newer claim), "cleared" (a D6 recovery, no new claim yet) or "kept"; None when
     #: the strike did not wait for it (the executor died, or was let go at once).
@@ -62,11 +67,16 @@ class ChaosReport:
     stalls: int = 0
     leases_lost: int = 0
     d6_recoveries: int = 0
+    #: Exports the faults asked for when due (`plan.STRIKE_EXPORT`, one per worker each),
+    #: among the tasks created.
+    strike_exports: int = 0
     #: The crossings the workers recorded (claims, result writes; `labs.chaos.holds`).
     history: list[Crossing] = field(default_factory=list)
     #: The ledger after the run, task id → columns (`checker.ledger_rows`).
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    skipped: Counter = field(default_factory=Counter)
+    #: Faults whose sync points did not come within `config.hold_wait`, by kind: each is
+    #: also a violation (a stuck system), never a silent skip.
+    missed: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
     #: Deviations worth a look that are not ledger invariants (e.g. an idle worker whose
     #: drain timed out): printed, not counted as violations.
@@ -103,28 +113,65 @@ class ChaosReport:
         return sum(self.struck_running.values())
 
     @property
+    def struck_tasks(self) -> set[str]:
+        """The different tasks struck while RUNNING (a task struck twice counts once)."""
+        return {s.task_id for s in self.strikes if s.on_running and s.task_id}
+
+    @property
+    def kinds_not_struck(self) -> list[str]:
+        """The kinds of the schedule that struck no RUNNING task, in schedule order."""
+        scheduled = dict.fromkeys(ev.kind for ev in self.schedule)
+        return [k for k in scheduled if not self.struck_running[k]]
+
+    @property
     def conclusive(self) -> bool:
-        """Did the run test running work: ≥ `MIN_STRUCK_RUNNING` faults struck a RUNNING
-        task and at least one lease was lost? A run without it proved little (P3, P6)."""
-        return self.struck >= MIN_STRUCK_RUNNING and self.leases_lost > 0
+        """Did the run test running work? Only when every kind scheduled struck a RUNNING
+        task held in flight, the strikes held at least `MIN_DISTINCT_TASKS` different
+        tasks, and at least one lease was lost: a kind that struck nothing, or one task
+        struck by several faults, proves less than the schedule promises (P3, P6)."""
+        return (bool(self.schedule) and not self.kinds_not_struck
+                and len(self.struck_tasks) >= MIN_DISTINCT_TASKS and self.leases_lost > 0)
 
     def verdict(self) -> str:
         """One line: "conclusive" or "inconclusive", with why."""
-        figures = (f"{self.struck} fault(s) struck a RUNNING task, {self.stalls} stall(s), "
+        figures = (f"{self.struck} fault(s) struck a RUNNING task, "
+                   f"{len(self.struck_tasks)} different task(s), {self.stalls} stall(s), "
                    f"{self.leases_lost} lease(s) lost, {self.d6_recoveries} D6 recovery(ies)")
         if self.conclusive:
-            return f"conclusive: {figures}"
-        why = [] if self.struck >= MIN_STRUCK_RUNNING else [
-            f"fewer than {MIN_STRUCK_RUNNING} faults struck a RUNNING task"]
+            return f"conclusive: every kind scheduled struck a RUNNING task; {figures}"
+        why = [f"{k} struck no RUNNING task" for k in self.kinds_not_struck]
+        if len(self.struck_tasks) < MIN_DISTINCT_TASKS:
+            why.append(f"{len(self.struck_tasks)} different task(s) struck, fewer than "
+                       f"{MIN_DISTINCT_TASKS}")
         why += [] if self.leases_lost else ["no lease was lost"]
+        why += [] if self.schedule else ["nothing was scheduled"]
         return f"inconclusive ({'; '.join(why)}): {figures}"
 
-    def strike_rows(self) -> list[dict[str, Any]]:
-        """One row per strike, for a table: when, what, whom, the held task, its lease."""
-        return [{"at_s": round(s.at, 2), "kind": s.kind, "lane": s.lane,
-                 "held_by": s.worker or "", "task": s.task_id or "",
-                 "execution": (s.execution_id or "")[:8], "on_RUNNING": s.on_running,
-                 "lease_after": s.lease_after or ""} for s in self.strikes]
+    def fault_rows(self) -> list[dict[str, Any]]:
+        """One row per scheduled fault: when it was due and when it struck, whom, the
+        task held in flight and its lease (RUNNING then? what it became before its
+        executor went on), or "missed" when its sync points never came."""
+        rows = []
+        for i, ev in enumerate(self.schedule):
+            st = next((s for s in self.strikes if s.fault == i), None)
+            target = FAULT_KINDS[ev.kind].target
+            rows.append({
+                "due_s": ev.at, "kind": ev.kind,
+                "target": (f"w{ev.worker + 1}" if ev.worker is not None else
+                           "any" if target == "any" else "redis"),
+                "struck_s": round(st.at, 2) if st else None,
+                "held_by": (st.worker or "") if st else "",
+                "task": (st.task_id or "") if st else "",
+                "execution": (st.execution_id or "")[:8] if st else "",
+                "on_RUNNING": st.on_running if st else False,
+                "lease_after": (st.lease_after or "") if st else "missed"})
+        return rows
+
+    def fault_table(self) -> Any:
+        """`fault_rows()` as a pandas DataFrame (for a notebook)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.fault_rows())
 
     def violate(self, text: str, invariant: Invariant = Invariant.RUN) -> None:
         """Record a violation found by the run itself (not about one task)."""
@@ -157,19 +204,24 @@ def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[Fau
             count=len(schedule)))
     for ev in schedule:
         out(f"    {ev.describe()}")
+    out(say("chaos.report.strikes", "  each fault strikes at its offset or later, in this "
+            "order: once its worker is free and holds, between two batches, an export not "
+            "struck yet (it asks for {workers} export(s) of its own when due)",
+            workers=config.workers))
 
 
 def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
     """What the run did and found, after it."""
     out(say("chaos.report.summary", "summary"))
     injected = ", ".join(
-        f"{k} {report.executed[k]}" + (say("chaos.report.skipped", " (+{skipped} skipped)",
-                                           skipped=report.skipped[k])
-                                       if report.skipped[k] else "") for k in report.kinds)
+        f"{k} {report.executed[k]}" + (say("chaos.report.missed", " (+{missed} missed)",
+                                           missed=report.missed[k])
+                                       if report.missed[k] else "") for k in report.kinds)
     out(say("chaos.report.injected", "  faults injected: {faults}", faults=injected))
     struck = ", ".join(f"{k} {n}" for k, n in sorted(report.struck_running.items()))
-    out(say("chaos.report.struck", "  faults that struck a RUNNING task (held "
-            "between two batches): {count} ({kinds})", count=report.struck, kinds=struck))
+    out(say("chaos.report.struck-tasks", "  faults that struck a RUNNING task (held "
+            "between two batches): {count} ({kinds}), on {tasks} different task(s)",
+            count=report.struck, kinds=struck, tasks=len(report.struck_tasks)))
     out(say("chaos.report.running-work", "  running work: {verdict}", verdict=report.verdict()))
     out(say("chaos.report.by-status", "  tasks by status: {counts}",
             counts=", ".join(f"{k} {n}" for k, n in sorted(report.by_status.items()))))

@@ -1,6 +1,8 @@
 """The fault schedule: a pure function of (seed, workers, duration, kinds) — same
-arguments, same schedule, printed before the run (`--dry-run` prints it and stops). The
-offsets and holds are the faults themselves; nothing waits on them to order events."""
+arguments, same schedule, printed before the run (`--dry-run` prints it and stops). An
+offset is when a fault is due: it strikes then or later, in the schedule's order, once
+its sync points have come (`labs.chaos.driver`); nothing waits on an offset to order
+events."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from labs.chaos.kinds import FAULT_KINDS, KINDS, check_kinds
 class FaultEvent:
     """One scheduled fault."""
 
-    #: Seconds after the fault window opens.
+    #: Seconds after the fault window opens: when it is due (it strikes then or later).
     at: float
     #: Its kind, a key of `FAULT_KINDS`.
     kind: str

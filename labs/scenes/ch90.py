@@ -1,11 +1,13 @@
 """Scene helpers of `90-chaos.ipynb` (machinery out of the cells). The chaos run itself
-is `labs.chaos`; these judge the write-it-yourself invariant, show one clobbered task's
-history, stage the diagnosis case, and check the clean-up.
+is `labs.chaos`; these show a run (`RunView`: a table, the log folded), judge the
+write-it-yourself invariant, show one clobbered task's history, stage the diagnosis case,
+and check the clean-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +22,14 @@ from labs.lab import STUCK, WATCHFUL
 if TYPE_CHECKING:
     from labs.lab import Lab
 
-__all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "clobbered_ids",
-           "counterexample_run", "judge_invariant", "recover", "task_history", "worker_children"]
+__all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "RunView", "clobbered_ids",
+           "counterexample_run", "judge_invariant", "recover", "task_history",
+           "worker_children"]
 
 #: The product's run of the notebook: two workers, 60 tasks, 6 s of faults whose seeded
 #: schedule (seed 18) puts a SIGSTOP, a cut, a SIGKILL and a Redis restart on exports held
-#: in flight; the Redis restart last, so its wait for D6 holds up no other fault.
+#: in flight, each on a task of its own; the Redis restart last, so its wait for D6 holds
+#: up no other fault.
 CONFIG = ChaosConfig(seed=18, workers=2, tasks=60, duration=6.0, upfront=0.2, waves=6,
                      kinds=("sigkill", "sigstop", "redis", "cut"), settle=30.0,
                      export_tickets=200)
@@ -37,6 +41,48 @@ CX_CONFIG = dataclasses.replace(CONFIG, tasks=12, duration=1.0, waves=2, kinds=(
 
 #: What a learner's invariant is: (ledger rows, history) → ids of the tasks it names.
 InvariantFn = Callable[[dict[str, dict[str, Any]], list[Any]], Any]
+
+
+@dataclasses.dataclass
+class RunView:
+    """A chaos run for the eye (the main cell of 90): two lines — the run, its verdict —
+    one row per scheduled fault (`ChaosReport.fault_table`), and the run's whole log
+    folded underneath (`<details>`: one click opens it)."""
+
+    report: ChaosReport
+    #: The run's printed lines (`run_chaos(..., out=lines.append)`).
+    lines: list[str]
+    #: Seconds the cell took.
+    seconds: float
+
+    def head(self) -> list[str]:
+        r = self.report
+        return [say("ch90.run.head", "seed {seed}: {faults} fault(s) on {workers} worker "
+                    "processes; {tasks} tasks, {asked} of them exports the faults asked for "
+                    "when due; settled: {settled}; one cell, {seconds:.0f} s",
+                    seed=r.config.seed, faults=len(r.schedule), workers=r.config.workers,
+                    tasks=len(r.expected.tasks) if r.expected else 0,
+                    asked=r.strike_exports, settled=r.settled, seconds=self.seconds),
+                say("ch90.run.verdict", "running work: {verdict}", verdict=r.verdict())]
+
+    def log(self) -> list[str]:
+        """The whole log but for the worker-log line (a temporary folder's name)."""
+        return [ln for ln in self.lines if "worker logs:" not in ln]
+
+    def _summary(self) -> str:
+        return say("ch90.run.log", "the whole log ({count} lines): the schedule, each strike, "
+                   "the waves of new tasks, the settle phase, the summary",
+                   count=len(self.log()))
+
+    def _repr_html_(self) -> str:
+        head = "<br>".join(html.escape(line) for line in self.head())
+        return (f"<p>{head}</p>{self.report.fault_table().to_html(index=False)}"
+                f"<details><summary>{html.escape(self._summary())}</summary>"
+                f"<pre>{html.escape(chr(10).join(self.log()))}</pre></details>")
+
+    def __repr__(self) -> str:
+        return "\n".join([*self.head(), self.report.fault_table().to_string(index=False),
+                          f"{self._summary()} — print(*lines, sep='\\n')"])
 
 
 def clobbered_ids(report: ChaosReport) -> set[str]:

@@ -1,8 +1,9 @@
 """Pure pieces of `labs.chaos` (no services): the opt-in SIGSTOP kind leaves the default
 schedules as they were, every fault kind is declared once and struck by a driver method of
 its name, the invariant table groups typed violations by their invariant, the worker-log
-parse, the counterexample entry point refuses what it does not know, and a hold released
-before it comes passes straight through."""
+parse, the counterexample entry point refuses what it does not know, a hold released
+before it comes passes straight through, and the verdict's rule: conclusive only when
+every kind scheduled struck a RUNNING task, on at least three different tasks."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from labs.chaos import (
     worker_logs,
 )
 from labs.chaos.kinds import BREAKS_REDIS
+from labs.chaos.report import ChaosReport, Strike
+from labs.chaos.schedule import FaultEvent
 from teamdesk.config import Settings
 
 #: Printed by `python -m benchmarks.chaos --seed 11 --workers 3 --duration 12 --dry-run`
@@ -212,3 +215,58 @@ async def test_a_hold_released_before_it_comes_passes_straight_through(tmp_path)
         await asyncio.wait_for(waiting, 2.0)
     finally:
         remove()
+
+
+def _report(*struck: tuple[str, str], kinds: tuple[str, ...] = ("sigkill", "sigstop", "cut"),
+            leases_lost: int = 1) -> ChaosReport:
+    """A report of a run whose schedule has one fault of each of `kinds`, and whose
+    strikes held `struck`: (kind, task) on a RUNNING task each, one per fault."""
+    schedule = [FaultEvent(0.5 + i, kind, 0, 1.0) for i, kind in enumerate(kinds)]
+    report = ChaosReport(config=ChaosConfig(seed=1), schedule=schedule)
+    for kind, task in struck:
+        i = next(i for i, ev in enumerate(schedule) if ev.kind == kind)
+        report.strikes.append(Strike(1.0 + i, kind, "w1", "w1", task, f"e-{task}",
+                                     on_running=True, fault=i, due=schedule[i].at))
+        report.struck_running[kind] += 1
+    report.leases_lost = leases_lost
+    return report
+
+
+def test_conclusive_only_when_every_kind_struck_three_different_tasks():
+    """P3, P6: a run is conclusive only when every kind on its schedule struck a RUNNING
+    task, its strikes held at least three different tasks, and a lease was lost; else the
+    verdict says inconclusive and why."""
+    full = _report(("sigkill", "T1"), ("sigstop", "T2"), ("cut", "T3"))
+    assert full.conclusive and full.verdict().startswith("conclusive: every kind")
+    assert full.struck_tasks == {"T1", "T2", "T3"}
+
+    # The SIGKILL struck nothing (its fault missed): three strikes are not enough.
+    no_kill = _report(("sigstop", "T2"), ("cut", "T3"), kinds=("sigkill", "sigstop", "cut",
+                                                                "cut"))
+    no_kill.strikes.append(Strike(4.0, "cut", "w1", "w1", "T4", "e4", on_running=True,
+                                  fault=3))
+    no_kill.struck_running["cut"] += 1
+    assert no_kill.struck == 3 and len(no_kill.struck_tasks) == 3
+    assert not no_kill.conclusive and no_kill.kinds_not_struck == ["sigkill"]
+    assert no_kill.verdict().startswith("inconclusive (sigkill struck no RUNNING task)")
+
+    # Every kind struck, but the cut and the SIGSTOP the same task: it counts once.
+    same = _report(("sigkill", "T1"), ("sigstop", "T2"), ("cut", "T2"))
+    assert same.struck == 3 and same.struck_tasks == {"T1", "T2"}
+    assert not same.conclusive
+    assert "inconclusive (2 different task(s) struck, fewer than 3)" in same.verdict()
+
+    # No lease lost, or nothing scheduled: nothing about leases was shown.
+    assert "no lease was lost" in _report(("sigkill", "T1"), ("sigstop", "T2"),
+                                          ("cut", "T3"), leases_lost=0).verdict()
+    assert not _report(kinds=()).conclusive
+
+
+def test_a_fault_that_never_struck_is_missed_in_the_fault_table():
+    """One row per scheduled fault, due and struck; a fault without a strike says so."""
+    report = _report(("sigkill", "T1"), ("cut", "T3"))
+    rows = report.fault_rows()
+    assert [(r["kind"], r["due_s"], r["task"], r["lease_after"]) for r in rows] == [
+        ("sigkill", 0.5, "T1", ""), ("sigstop", 1.5, "", "missed"), ("cut", 2.5, "T3", "")]
+    assert rows[1]["struck_s"] is None and rows[0]["target"] == "w1"
+    assert "sigstop struck no RUNNING task" in report.verdict()

@@ -124,7 +124,7 @@ async def test_labs_switch_counterexamples_and_hooks_without_rebinding_the_produ
             log_dir=tmp_path)
     finally:
         await clear_prefix(settings)
-    assert report.settled and sum(report.by_status.values()) == 6
+    assert report.settled and sum(report.by_status.values()) == 6 + report.strike_exports
     assert _rebound(before) == []
 
 
