@@ -349,11 +349,23 @@ def fresh_copies(project: Path, names: Iterable[str], lang: str = "en") -> CopyR
     return folder.report
 
 
+def lab_root(start: Path | None = None) -> Path:
+    """The lab root a kernel works in: the nearest folder at or above `start` (default: the
+    kernel's working folder, the notebook's) that holds both `notebooks/` and the learner's
+    folder. On a hub that is the learner's `~/teamdesk-lab/`, not the shared repository
+    this module is installed from (read-only to them); elsewhere, the checkout."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "notebooks").is_dir() and (folder / LEARNER_DIR).is_dir():
+            return folder
+    return Path(__file__).resolve().parents[1]
+
+
 def fresh(*names: str) -> None:
     """From a notebook cell: `fresh("26b")` (or `fresh("all")`) replaces your copy with a
     fresh one, keeping the old one in `my-notebooks/.replaced/`. Close the notebook's tab
     and open it again to see the fresh copy. The edition is the cell's (`devkit.i18n`)."""
-    project = Path(__file__).resolve().parents[1]
+    project = lab_root()
     lang = i18n.lang()
     print(describe(fresh_copies(project, names or ("all",), lang), project, lang))
     print(i18n.say("copies.reopen", "close the notebook's tab and open it again from the "

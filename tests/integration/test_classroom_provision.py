@@ -6,9 +6,9 @@ Learner A works as a learner does — their own non-superuser role, their Redis 
 the demo data, an export requested and run by a real BullMQ worker. Learner B can do none
 of it to A: not connect to A's databases, not read or delete A's keys, not flush, configure
 or stop Redis. A template squatted by another role is refused. `cleanup` leaves no lab
-database and no key; `remove` leaves no role and no Redis user. And notebook 24 passes as
-a learner — on the servers as `docs/classroom.md` once described them it stopped at
-`permission denied for table teams`.
+database and no key; `remove` leaves no role and no Redis user. (Whole notebooks run as
+provisioned learners in tests/integration/test_hub.py: on the servers as `docs/classroom.md`
+once described them, a learner's lab stopped at `permission denied for table teams`.)
 """
 
 from __future__ import annotations
@@ -227,23 +227,6 @@ def test_bad_names_and_taken_names_change_nothing(admin):
         assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (good,)).fetchone() \
             is None
     assert good not in classroom.learners(*admin)
-
-
-def test_notebook_24_passes_as_a_learner(admin, pair):
-    """What failed before: notebook 24 run by a learner (their URLs and prefix, nothing
-    started for them) passes its checkpoints, and leaves nothing behind."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    a, _ = pair
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TEAMDESK_") or k == "TEAMDESK_DATA_DIR"}
-    env.update(a.environment())
-    nb = nbformat.read(ROOT / "notebooks" / "24-reminders.ipynb", as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
-    assert _owned_databases(admin[0], a.name) == {a.name, template_name(a.name)}
-    assert _keys(admin[1], a.name) == []
 
 
 def test_the_instructors_commands(admin, tmp_path):

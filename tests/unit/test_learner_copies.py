@@ -393,3 +393,22 @@ def test_a_failed_write_leaves_no_file_half_written(tmp_path: Path):
         copies.write_notebook(tmp_path / START, _chapter("Start here"))
     assert (tmp_path / RACE).read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [START, RACE]  # no temporary left
+
+
+def test_fresh_from_a_cell_works_in_the_lab_root_it_runs_in(tmp_path, monkeypatch):
+    """On a hub a kernel runs in `~/teamdesk-lab/my-notebooks/` (links to the shared,
+    read-only repository beside it): `fresh()` must replace the learner's copy there, not
+    write into the repository the module was installed from."""
+    from devkit.copies import LEARNER_DIR, fresh, lab_root
+
+    repo = Path(__file__).resolve().parents[2]
+    root = tmp_path / "teamdesk-lab"
+    (root / LEARNER_DIR / "zh").mkdir(parents=True)
+    (root / "notebooks").symlink_to(repo / "notebooks")
+    assert lab_root(root / LEARNER_DIR / "zh") == root
+    assert lab_root(root / LEARNER_DIR) == root
+    assert lab_root(tmp_path) == repo  # outside any lab root: the checkout
+    monkeypatch.chdir(root / LEARNER_DIR)
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    fresh("26b")
+    assert (root / LEARNER_DIR / "26b-takeover-race.ipynb").is_file()
