@@ -98,7 +98,7 @@ def ensure_template(database_url: str) -> str:
                 if row[2]:
                     conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false")
                                  .format(sql.Identifier(name)))
-                conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+                _drop_forced(conn, name, "DROP DATABASE {}")
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             _private(conn, name)
             upgrade(with_database(database_url, name))
@@ -143,5 +143,19 @@ def drop_database(database_url: str) -> None:
     """Drop a cloned database, disconnecting anything still attached to it."""
     name = database_url.partition("?")[0].rsplit("/", 1)[1]
     with _admin(database_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        _drop_forced(conn, name, "DROP DATABASE IF EXISTS {}")
+
+
+def _drop_forced(conn: psycopg.Connection, name: str, statement: str) -> None:
+    """`statement` (a DROP DATABASE of `name`) WITH (FORCE). A role that is not a superuser
+    may not force out a process that is not its own, and an autovacuum worker belongs to
+    no role, so a learner's FORCE fails while autovacuum works in their database ("permission
+    denied to terminate process"). Then: end the role's own sessions there and drop
+    without FORCE, which stops autovacuum itself; nobody else may connect (`_private`)."""
+    try:  # autocommit: a refused statement leaves the connection usable
+        conn.execute(sql.SQL(statement + " WITH (FORCE)").format(sql.Identifier(name)))
+    except psycopg.errors.InsufficientPrivilege:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE datname = %s AND usename = current_user AND pid <> "
+                     "pg_backend_pid()", (name,))
+        conn.execute(sql.SQL(statement).format(sql.Identifier(name)))

@@ -290,3 +290,32 @@ def test_learners_provisioned_from_threads_at_once_each_get_their_own_template(a
     finally:
         classroom.remove(*admin, [n for n in names
                                   if n in classroom.learners(*admin)])
+
+
+def test_a_learner_drops_a_lab_database_that_a_process_not_theirs_is_in(admin, pair):
+    """A learner's `DROP DATABASE … WITH (FORCE)` may not end a process of another role —
+    an autovacuum worker belongs to none, and under load one was in a learner's lab
+    database as the lab closed ("permission denied to terminate process"). The drop then
+    ends the learner's own sessions and drops without FORCE, which stops autovacuum itself;
+    a session it may not end (here the administrator's) is named as such, and once that
+    one is gone the drop goes through."""
+    a, _ = pair
+    url = clone_database(a.database_url)
+    mine = psycopg.connect(url)  # the learner's own session, left open: it is ended
+    theirs = psycopg.connect(with_database(admin[0], url.rsplit("/", 1)[1].split("?")[0]))
+    try:
+        with pytest.raises(psycopg.errors.ObjectInUse, match="being accessed by other users"):
+            drop_database(url)
+    finally:
+        theirs.close()
+    drop_database(url)
+    assert mine.closed or mine.broken or _gone(mine)
+    assert url.rsplit("/", 1)[1].split("?")[0] not in _owned_databases(admin[0], a.name)
+
+
+def _gone(conn: psycopg.Connection) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return True
+    return False
