@@ -20,8 +20,10 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from devkit import copies, i18n
@@ -36,6 +38,50 @@ def project_dir() -> Path:
     return here if (here / "notebooks").is_dir() else Path.cwd()
 
 
+#: The default port, and how many after it the lab tries when it is taken.
+DEFAULT_PORT = 8888
+SPARE_PORTS = 10
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether JupyterLab could listen on `port` now (a bind, then let go at once)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(given: int | None, free: Callable[[int], bool] = port_free) -> int:
+    """The port to serve on, known before the link is printed: a port the learner gave
+    (`--port`, `TEAMDESK_LAB_PORT`) must be free, or the lab stops with what to do; the
+    default 8888 gives way to the next free one, so a Jupyter already on 8888 never gets
+    the link meant for this lab."""
+    if given is not None:
+        if not free(given):
+            raise SystemExit(f"teamdesk lab: port {given} is in use (another Jupyter?): stop "
+                             "what listens there, or choose another with --port")
+        return given
+    for port in range(DEFAULT_PORT, DEFAULT_PORT + SPARE_PORTS):
+        if free(port):
+            return port
+    raise SystemExit(f"teamdesk lab: ports {DEFAULT_PORT}–{DEFAULT_PORT + SPARE_PORTS - 1} "
+                     "are all in use: choose a free one with --port")
+
+
+def opens_browser(no_browser: bool, environ: Mapping[str, str],
+                  platform: str = sys.platform) -> bool:
+    """Whether JupyterLab should open the learner's browser: on macOS and Windows always
+    (no DISPLAY there), in WSL (its browser is Windows'), on a Linux desktop (X11 or
+    Wayland); never with --no-browser, over SSH without a display, or in a container."""
+    if no_browser:
+        return False
+    if platform == "darwin" or platform.startswith("win"):
+        return True
+    return any(environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "WSL_DISTRO_NAME"))
+
+
 def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     """`teamdesk lab`: services + schema + demo data, then JupyterLab until Ctrl-C."""
     from teamdesk.db.migrate import upgrade
@@ -48,6 +94,12 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
         return 2
     root = project_dir()
     lang = args.lang or lab_lang(os.environ)
+    given = args.port or os.environ.get("TEAMDESK_LAB_PORT")
+    if given and not (str(given).isdigit() and 0 < int(given) < 65536):
+        raise SystemExit(f"teamdesk lab: TEAMDESK_LAB_PORT must be a port number "
+                         f"(1-65535), not {given!r}")
+    # Before anything starts: a port in use fails at once, not after the services.
+    port = str(choose_port(int(given) if given else None))
     # The learner's copies first: a misspelt --fresh name fails before anything starts.
     report = (copies.fresh_copies(root, args.fresh, lang) if args.fresh
               else copies.ensure_copies(root, lang))
@@ -56,7 +108,6 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     settings = resolve()
     upgrade(settings.database_url)
     print(asyncio.run(seed_team(settings, "acme", 300, 23)))
-    port = str(args.port or os.environ.get("TEAMDESK_LAB_PORT") or 8888)
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     # Only what is this run's own goes on the command line; the lab's settings (start
     # page, read-only notebooks, hidden files) come from its config folder, the same for a
@@ -64,7 +115,7 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     cmd = [jupyter, "lab", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
     use_lab_settings(os.environ)
-    if args.no_browser or not os.environ.get("DISPLAY"):
+    if not opens_browser(args.no_browser, os.environ):
         cmd.append("--no-browser")
     if os.geteuid() == 0:
         cmd.append("--allow-root")
@@ -103,7 +154,8 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
 
 def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
-    lab.add_argument("--port", type=PORT, help="default $TEAMDESK_LAB_PORT or 8888")
+    lab.add_argument("--port", type=PORT,
+                     help="default $TEAMDESK_LAB_PORT, else 8888 or the next free port after it")
     lab.add_argument("--no-browser", action="store_true")
     lab.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
                      help="replace your copy of these notebooks (e.g. 26b, or all) with a "
