@@ -8,6 +8,7 @@ that function returns. `Lab` inherits them, so a cell reads `await lab.dispatch(
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -53,10 +54,19 @@ class ProductCalls:
         from teamdesk.tasks.dispatcher import dispatch_tasks
 
         self._require_open()
-        self.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="")
+        return await self.recorded_dispatch(
+            lambda: dispatch_tasks(queue or self.queue, self.settings))
+
+    async def recorded_dispatch(self, tick: Callable[[], Awaitable[Any]],
+                                detail: str = "") -> Any:
+        """Run `tick` (one dispatcher tick, returning its report) as the dispatcher's actor,
+        recorded in the history as `dispatch`: invoked, then ok (the report) or fail (the
+        error, raised again). `dispatch` and any other tick a scene stages go through here,
+        so the history reads the same whichever dispatcher ran."""
+        self.history.add(actor="dispatcher", type="invoke", op="dispatch", detail=detail)
         try:
             with self.routes.acting_as("dispatcher"):
-                report = await dispatch_tasks(queue or self.queue, self.settings)
+                report = await tick()
         except Exception as err:
             self.history.add(actor="dispatcher", type="fail", op="dispatch",
                              detail=f"{type(err).__name__}: {err}")

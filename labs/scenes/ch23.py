@@ -330,22 +330,18 @@ class MarkFirst:
 
     async def __call__(self, *, queue: Any = None) -> dispatcher.DispatchReport:
         lab = self.lab
-        lab.history.add(actor="dispatcher", type="invoke", op="dispatch", detail="marks first")
-        try:
-            with lab.routes.acting_as("dispatcher"):
-                async with Ledger(lab.settings.database_url).connection() as conn:
-                    rows = await dispatcher.scan(conn, lab.settings)
-                    report = dispatcher.DispatchReport(scanned=len(rows))
-                    steps = Steps(queue or lab.queue, lab.settings, conn)
-                    for row in rows:
-                        await mark_then_add(row, steps)
-                        report.added += 1
-        except Exception as err:
-            lab.history.add(actor="dispatcher", type="fail", op="dispatch",
-                            detail=f"{type(err).__name__}: {err}")
-            raise
-        lab.history.add(actor="dispatcher", type="ok", op="dispatch", detail=str(report))
-        return report
+
+        async def tick() -> dispatcher.DispatchReport:
+            async with Ledger(lab.settings.database_url).connection() as conn:
+                rows = await dispatcher.scan(conn, lab.settings)
+                report = dispatcher.DispatchReport(scanned=len(rows))
+                steps = Steps(queue or lab.queue, lab.settings, conn)
+                for row in rows:
+                    await mark_then_add(row, steps)
+                    report.added += 1
+            return report
+
+        return await lab.recorded_dispatch(tick, detail="marks first")
 
 
 #: Exercise B's two dispatchers: the product's (`lab.dispatch`), and one that marks first.

@@ -278,12 +278,19 @@ def test_an_edited_copy_is_kept_and_the_update_put_beside_it(course: Path):
     assert not again.beside and _nb(beside) == _made_from(course, RACE)
 
 
-def test_a_second_update_replaces_the_notebook_beside_the_copy(course: Path):
+def _edited_then_updated(course: Path) -> Path:
+    """Copies made, the race copy answered by the learner, then the race notebook updated
+    and the copies brought up to date (the update goes beside it); the learner folder."""
     copies.ensure_copies(course)
     folder = course / copies.LEARNER_DIR
     _answer(folder / RACE)
     _publish(course, RACE, _chapter("The takeover race, revised"))
     copies.ensure_copies(course)
+    return folder
+
+
+def test_a_second_update_replaces_the_notebook_beside_the_copy(course: Path):
+    folder = _edited_then_updated(course)
     _publish(course, RACE, _chapter("The takeover race, revised again"))
     report = copies.ensure_copies(course)
     assert [b.file for b in report.beside] == [copies.updated_name(RACE)]
@@ -294,11 +301,7 @@ def test_a_second_update_replaces_the_notebook_beside_the_copy(course: Path):
 
 
 def test_a_notebook_beside_a_copy_that_the_learner_edited_is_put_aside(course: Path):
-    copies.ensure_copies(course)
-    folder = course / copies.LEARNER_DIR
-    _answer(folder / RACE)
-    _publish(course, RACE, _chapter("The takeover race, revised"))
-    copies.ensure_copies(course)
+    folder = _edited_then_updated(course)
     _answer(folder / copies.updated_name(RACE), "guess = 'B'  # worked in the new one\n")
     _publish(course, RACE, _chapter("The takeover race, revised again"))
     report = copies.ensure_copies(course)
@@ -368,11 +371,7 @@ def test_the_chinese_edition_follows_its_own_notebooks(course: Path):
 
 
 def test_a_fresh_copy_is_recorded_and_follows_updates(course: Path):
-    copies.ensure_copies(course)
-    folder = course / copies.LEARNER_DIR
-    _answer(folder / RACE)
-    _publish(course, RACE, _chapter("The takeover race, revised"))
-    copies.ensure_copies(course)
+    folder = _edited_then_updated(course)
     report = copies.fresh_copies(course, ["26b"])
     assert report.created == [RACE] and len(report.replaced) == 1
     assert _sources(_nb(folder / report.replaced[0]))[1] == "guess = 'A'  # mine\n"
