@@ -198,6 +198,15 @@ class Processes:
                                f"{task_id} to be completed while {name} runs",
                                on_timeout=self.procs[name].tail)
         if self.claimed_lease(name, task_id):
+            # The worker logs `task.completed` just after its commit: wait for that line (a
+            # sync point; the bound only reports one that never came), or the timeline
+            # would miss a result the ledger already shows (seen in a Run All under load).
+            async def logged() -> bool:
+                return f"task.completed task_id={task_id}" in await asyncio.to_thread(
+                    self.log, name)
+
+            await wait_until(logged, timeout, f"{name} to log the completion of {task_id}",
+                             on_timeout=self.procs[name].tail)
             await self.record_result(name)
         return row
 
