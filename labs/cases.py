@@ -62,6 +62,11 @@ class CaseSpec:
     #: For each wrong cause: what in the evidence contradicts it (the judge says it).
     refutes: dict[str, str] = field(default_factory=dict)
     book: str = ""
+    #: Markers of the lines shown beside the task's own, among those written while the case
+    #: was staged: `("dispatch.",)` adds the dispatcher's lines, for a case whose evidence is
+    #: what the scans did (their fault lines name no task: a tick ends on the first row
+    #: whose add fails, before it ever looks at the task in question).
+    log_also: tuple[str, ...] = ()
     #: The names the notebook's exercise cell and solution cell bind (cause, rule).
     answer: tuple[str, str] = ("my_cause", "my_rule")
     solution: tuple[str, str] = ("solution_cause", "solution_rule")
@@ -126,8 +131,12 @@ class Case:
         _display(say("cases.show.title", "## {title} — task {task_id}",
                      title=self.spec.word("title"), task_id=self.task_id),
                  self.ledger, self.board)
-        print(say("cases.show.log", "log lines of this task:") if self.log
-              else say("cases.show.no-log", "no log line names this task"))
+        if self.spec.log_also and self.log:
+            print(say("cases.show.log-also", "log lines of this task, and the dispatcher's "
+                      "while the case was staged:"))
+        else:
+            print(say("cases.show.log", "log lines of this task:") if self.log
+                  else say("cases.show.no-log", "no log line names this task"))
         for line in self.log:
             print("  " + line)
         print(say("cases.show.causes", "causes to choose from:"))
@@ -211,9 +220,11 @@ async def _staged(name: str, lab: Lab) -> dict[str, Any]:
 async def open_case(lab: Lab, name: str) -> Case:
     """Stage case `name` in `lab` and gather its evidence."""
     case_spec = spec(name)
+    seen = set(lab.logs)  # the lines written before the staging began
     task_id = await case_spec.stage(lab)
     board = await tables.ledger_vs_queue(lab)
     board = board[board["task_id"] == task_id].drop(columns=["verdict"])
     ledger = pd.DataFrame([await tables.row(lab, task_id)])
-    log = [line for line in lab.logs if task_id in line]
+    log = [line for line in lab.logs if task_id in line or (
+        line not in seen and any(marker in line for marker in case_spec.log_also))]
     return Case(case_spec, task_id, ledger, board.reset_index(drop=True), log)

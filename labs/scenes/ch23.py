@@ -11,7 +11,8 @@ need not read to follow the chapter:
 - the tick loop of §5 (`Ticker`, the product's `DispatchLoop` with its events recorded,
   D8) and the fairness scene of §3 (`reminders_due_tomorrow`, `ascending_scan`, D1);
 - the diagnosis cases `CASES` (`labs.cases`, exercises `case.<name>`): "waiting-dispatched"
-  (Exercise C) and "orphan-job" (Exercise D), each staged by the real system;
+  (Exercise C), "orphan-job" (Exercise D) and "running-unrecovered" (Exercise E), each
+  staged by the real system;
 - `window`: one scene's rows of the lab's history, for its swimlane.
 
 The scenes themselves (the two wrong orders, the gates, the outage) stay in the cells.
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from sqlalchemy import func, select
 
-from labs import statements, tables
+from labs import faults, statements, tables
 from labs.cases import CaseSpec
 from labs.history import History
 from labs.names import Names
@@ -41,10 +42,13 @@ from labs.scenes.ch23_exercises import (  # noqa: F401
     judge_recovery_test,
     mark_then_add,
 )
+
+# How long a row's `updated_at` has not moved, in the database's clock (Exercise E reads it).
+from labs.scenes.ch26d import idle_s  # noqa: F401
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.ledger import QUERIES
-from teamdesk.tasks.queue import task_job_id
+from teamdesk.tasks.queue import create_task_queue, task_job_id
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -128,16 +132,17 @@ class Ticker:
     `tick.fault`, `tick.skipped`) kept in `events` and in the lab's history, so a cell can
     wait for one (`await ticker.wait("tick.skipped")`) instead of sleeping. Its ticks run
     as the lab's dispatcher: the lab's gates catch them and its log keeps their lines.
-    `lab.close()` stops it."""
+    `queue` replaces the lab's queue (one built on a cut proxy: a dispatcher that cannot
+    reach Redis while everyone else can). `lab.close()` stops it."""
 
-    def __init__(self, lab: Lab, *, tick_s: float = 0.2) -> None:
+    def __init__(self, lab: Lab, *, tick_s: float = 0.2, queue: Any = None) -> None:
         self.lab = lab
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.running = 0
         #: The most ticks ever running at once (D8: 1).
         self.max_running = 0
         self._changed = asyncio.Event()
-        self.loop = DispatchLoop(lab.queue, lab.settings.replace(dispatch_tick_s=tick_s),
+        self.loop = DispatchLoop(queue or lab.queue, lab.settings.replace(dispatch_tick_s=tick_s),
                                  listener=self._on)
 
     def _on(self, event: str, info: dict[str, Any]) -> None:
@@ -236,6 +241,39 @@ async def _stage_orphan_job(lab: Lab) -> str:
     return task.id
 
 
+async def _stage_running_unrecovered(lab: Lab) -> str:
+    """Chapter 23 §6's warning, staged for real: with an old RUNNING row, check whether the
+    scans succeed, rather than only wait two minutes. The lab's workers are stopped;
+    worker S claims an export and goes silent after its first read (a gate, left held: the
+    lab's close lets it go); its row is aged ten minutes (clock compression, D6). Then the
+    dispatcher's own way to Redis is cut (a `RedisProxy`: the workers and the board keep
+    theirs), a second export waits to be enqueued, and the product's `DispatchLoop` runs on
+    the cut queue: every tick has that add to try, raises, is logged as `dispatch.fault`,
+    and never reaches its tail (D8), where the stale recovery is (D6). The loop stops after
+    its second fault; the dispatcher's lines are part of the evidence (`log_also`): the
+    fault lines cannot name the RUNNING task, since each tick fails on the other row's
+    job before it ever looks at RUNNING rows."""
+    await lab.stop_workers()
+    task = await lab.request_export({"status": ["OPEN"]})  # a first batch to read
+    silent = lab.gate("export.after_read", actor="S", when=lambda c: c["task_id"] == task.id)
+    await lab.start_worker("S")
+    await lab.dispatch()  # the last tick that gets through: it adds the export
+    await silent.reached(T)
+    await lab.age(task.id, 600)  # S has been silent for ten minutes
+    proxy = await faults.RedisProxy.start(lab)
+    cut_off = create_task_queue(proxy.settings)  # the dispatcher's own way to Redis ...
+    await proxy.cut()  # ... is cut: connection refused
+    await lab.request_export({"status": ["PENDING"], "priority": ["LOW"]})  # work for an add
+    ticker = Ticker(lab, tick_s=0.2, queue=cut_off)
+    ticker.start()
+    try:
+        await ticker.wait("tick.fault", where=lambda info: info["tick"] >= 2)
+    finally:
+        await ticker.stop()
+        await asyncio.wait_for(cut_off.close(), T)
+    return task.id
+
+
 CASES = {
     "waiting-dispatched": CaseSpec(
         name="waiting-dispatched",
@@ -292,6 +330,40 @@ CASES = {
             "failed record of <task>-0 stays for removeOnFail's week (Q1) and, if it were "
             "ever delivered, P1 would skip the old run (R3). The board calls it an orphan "
             "job: nothing in the ledger's current run points at it.",
+    ),
+    "running-unrecovered": CaseSpec(
+        name="running-unrecovered",
+        title="RUNNING for ten minutes, and no recovery",
+        stage=_stage_running_unrecovered,
+        choices={
+            "still-working": "a slow export, still at work",
+            "not-due": "recovery is not due yet",
+            "taken-over": "another executor took it over",
+            "queue-gave-up": "the queue gave up on it",
+            "ticks-failing": "no tick reaches its tail",
+        },
+        cause="ticks-failing", rules=frozenset({"D8", "D6"}),
+        refutes={
+            "still-working": "its progress is 0 and its updated_at has not moved for ten "
+                             "minutes, though every batch an export reads moves it (D6): "
+                             "nothing is working on this row",
+            "not-due": "the stale-running age is 120 s and this row has been silent for ten "
+                       "minutes: any tick that got to its recovery step would have taken it "
+                       "back",
+            "taken-over": "the log names one claim only, and the row still carries that "
+                          "claim's execution_id: nobody took it over",
+            "queue-gave-up": "the board shows the job active, not failed; and even a failed "
+                             "job leaves a RUNNING row alone until the stale recovery has "
+                             "cleared its lease (D4)",
+        },
+        # The notebook's third case: its own names (Exercise E).
+        answer=("my_cause_e", "my_rule_e"), solution=("solution_cause_e", "solution_rule_e"),
+        # Every tick since the claim is a dispatch.fault: show the dispatcher's lines too.
+        log_also=("dispatch.",),
+        why="the stale recovery (D6) is the tail of a tick, and since the claim every tick "
+            "raised in its dispatch step (dispatch.fault: this dispatcher cannot reach "
+            "Redis), so none got that far (D8). Waiting longer will not help: mend the "
+            "scans, and the first tick that gets through puts the row back to WAITING.",
     ),
 }
 

@@ -26,11 +26,14 @@ async def test_23_judge_says_what_to_write_for_a_plain_function():
 @pytest.mark.parametrize(("name", "right", "wrong"), [
     ("waiting-dispatched", ("delayed", "D1"), "stuck"),
     ("orphan-job", ("old-run", "R3"), "d4-missed"),
+    ("running-unrecovered", ("ticks-failing", "D8"), "not-due"),
 ])
 async def test_23_cases_are_staged_for_real_and_judged(service_settings, name, right, wrong):
     """D1, D2 (a delayed reminder is not stuck); I2, R2, R3, Q1 (a failed job of run 0
-    beside a COMPLETED run 1): each case is staged by the real system and the judge accepts
-    the right cause and rule and rejects a wrong cause (and a wrong rule)."""
+    beside a COMPLETED run 1); D6, D8 (a RUNNING row past the stale age that no tick
+    recovers, because every tick fails before its tail): each case is staged by the real
+    system and the judge accepts the right cause and rule and rejects a wrong cause (and a
+    wrong rule)."""
     async with Lab.open("test-cases-23", settings=service_settings, tickets=60) as lab:
         case = await lab.case(name)
         row = case.ledger.iloc[0]
@@ -38,6 +41,18 @@ async def test_23_cases_are_staged_for_real_and_judged(service_settings, name, r
             assert (row["status"], row["run"]) == ("WAITING", 0)
             assert row["dispatched_at"] is not None
             assert list(case.board["state"]) == ["delayed"]
+        elif name == "running-unrecovered":
+            assert (row["status"], row["run"], row["progress"]) == ("RUNNING", 0, 0)
+            assert row["execution_id"] and await ch23.idle_s(lab, case.task_id) >= 600
+            assert list(case.board["state"]) == ["active"]
+            claims = [line for line in case.log if "task.claimed" in line]
+            assert len(claims) == 1 and case.task_id in claims[0]
+            # the evidence names the task (its claim) and shows the scans failing since
+            faults = [line for line in case.log if "dispatch.fault" in line]
+            assert len(faults) >= 2 and case.log.index(claims[0]) < case.log.index(faults[0])
+            recovered = await lab.dispatch()  # a tick that gets through: the recovery comes
+            assert recovered.recovered_stale == 1
+            assert (await lab.task(case.task_id)).status == "WAITING"
         else:
             assert (row["status"], row["run"]) == ("COMPLETED", 1)
             assert sorted(zip(case.board["job_id"], case.board["state"], strict=True)) == [

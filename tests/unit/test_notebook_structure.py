@@ -150,3 +150,45 @@ def test_the_slide_rule_sees_a_missing_slide_type() -> None:
     assert slide_type_wanted(heading) == "subslide"
     assert slide_type_wanted(predict) == "subslide"
     assert _top_level_names("x = 1\nfor k in []: pass\n[j for j in []]\nawait f()") == {"x", "k"}
+
+
+#: A pointer left on the main path where an optional scene used to be.
+POINTER = "*Optional, at the end (选读):"
+
+
+def unannounced(cells: list[dict]) -> list[str]:
+    """The sections of a notebook's optional part (`## 选读` up to the recap or the closing
+    section) that no pointer on the main path names, by their heading's key (the text
+    before "：" or "(": "§2 源码节选 ↔ Python", "练习 D"). A part that opens where the core
+    path ends ("The core path ends here") moved nothing, and needs no pointer."""
+    texts = ["".join(c["source"]) for c in cells]
+    start = next((i for i, t in enumerate(texts) if t.startswith("## 选读")), None)
+    if start is None or "The core path ends here" in texts[start]:
+        return []
+    pointers = " ".join(t for t in texts[:start] if t.startswith(POINTER))
+    keys = []
+    for cell, text in zip(cells[start + 1:], texts[start + 1:], strict=True):
+        if "recap" in cell["metadata"].get("tags", []) or text.startswith("## 收尾"):
+            break
+        if cell["cell_type"] == "markdown" and text.startswith("#"):
+            keys.append(re.split(r"[：(]", text.splitlines()[0].lstrip("# "))[0].strip())
+    return [key for key in keys if key not in pointers]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_optional_part_is_pointed_at_from_the_main_path(path: Path) -> None:
+    """An optional scene moved to the end (选读) leaves a one-line pointer where it was, so
+    the main path still shows that it exists and where to find it."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert not unannounced(cells), f"{path.name}: no pointer names {unannounced(cells)}"
+
+
+def test_a_moved_scene_without_a_pointer_is_named() -> None:
+    md = lambda s, *tags: {"cell_type": "markdown", "metadata": {"tags": list(tags)},  # noqa: E731
+                           "source": s}
+    cells = [md("## §1 一"), md(f"{POINTER} 公平 — a scene.*"), md("## 小结", "recap"),
+             md("## 选读 (ours)\n*Optional part (ours)*"), md("### 公平：一大批 (ours)"),
+             md("### 练习 D：一个案例 (ours)"), md("## 收尾")]
+    assert unannounced(cells) == ["练习 D"]
+    cells[3] = md("## 选读 (ours)\n\nThe core path ends here. What follows is optional.")
+    assert unannounced(cells) == []
