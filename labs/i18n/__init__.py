@@ -16,5 +16,4 @@ from devkit.i18n import Catalogue, listing
 CATALOGUE = Catalogue(Path(__file__).parent)
 say = CATALOGUE.say
 
-
 __all__ = ["CATALOGUE", "listing", "say"]
