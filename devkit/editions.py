@@ -15,7 +15,11 @@ notebook and a translation catalogue, so the two cannot drift.
   learner (the `why=` / `holds=` of `labs.learn`, a `*_HOLDS` constant, a check's reason:
   `MESSAGE_KEYWORDS`) is given whole too, and must be the same code: its syntax tree with
   the messages' text blanked, and its `# step:` lines (read by `labs.stage`), equal the
-  English cell's. A marker ending in ` todo` is a draft.
+  English cell's. The labels a cell prints are text too (`print_labels`: the string
+  arguments of `print`, the literal parts of an f-string argument): a block may translate
+  them, while its fields — every `{…}` with its format — stay the same set of code; a
+  cell whose only text is printed labels needs no block, and one it is given is used. A
+  marker ending in ` todo` is a draft.
 - The **edition** is `notebooks/zh/NAME.ipynb`, written by `build_all`: the source's cells,
   ids, tags, metadata and order, with the translated sources, and no outputs (it is
   executed top to bottom by the test command, not compared). Committed, so it can be
@@ -109,15 +113,48 @@ class _Blank(ast.NodeTransformer):
         return super().visit(node)
 
 
+def print_labels(tree: ast.AST) -> list[ast.expr]:
+    """The labels a cell prints: each string literal or f-string passed to `print(...)`
+    (positionally; `sep=`/`end=` and anything computed stay code)."""
+    return [arg for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "print"
+            for arg in node.args if isinstance(arg, ast.JoinedStr)
+            or (isinstance(arg, ast.Constant) and isinstance(arg.value, str))]
+
+
+class _BlankLabels(ast.NodeTransformer):
+    """A printed label without its words: a literal becomes `_MESSAGE`; an f-string
+    becomes its fields, sorted (a translation may reorder them, not change one)."""
+
+    def __init__(self, labels: list[ast.expr]) -> None:
+        self.ids = {id(n) for n in labels}
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if id(node) not in self.ids:
+            return super().visit(node)
+        if isinstance(node, ast.JoinedStr):
+            fields = sorted(ast.dump(v) for v in node.values if not isinstance(v, ast.Constant))
+            return ast.Constant(f"{_MESSAGE}{fields}")
+        return ast.Constant(_MESSAGE)
+
+
 def code_skeleton(source: str) -> tuple[str, list[str]]:
-    """The code of a cell without what a translation may change — its comments and the
-    text of its messages (`MESSAGE_KEYWORDS`) — and its `# step:` lines. For a cell
-    Python cannot parse, its lines with `#…` cut."""
+    """The code of a cell without what a translation may change — its comments, the text
+    of its messages (`MESSAGE_KEYWORDS`) and of its printed labels (`print_labels`) — and
+    its `# step:` lines. For a cell Python cannot parse, its lines with `#…` cut."""
     steps = _STEP.findall(source)
     tree = _parse(source)
     if tree is None:
         return "\n".join(line.split("#", 1)[0].rstrip() for line in source.splitlines()), steps
+    tree = _BlankLabels(print_labels(tree)).visit(tree)
     return ast.dump(_Blank(_messages(tree)).visit(tree)), steps
+
+
+def _labelled(cell: dict[str, Any]) -> bool:
+    """A code cell that prints a label (`print_labels`): a block may translate it."""
+    tree = _parse(_source(cell)) if cell.get("cell_type") == "code" else None
+    return tree is not None and bool(print_labels(tree))
 
 
 def translatable(cell: dict[str, Any]) -> bool:
@@ -205,7 +242,7 @@ def build(source: dict[str, Any], catalogue: dict[str, Entry], lang: str = "zh")
             cell["outputs"], cell["execution_count"] = [], None
             cell.get("metadata", {}).pop("execution", None)
         entry = catalogue.get(cell_id)
-        if translatable(cell):
+        if translatable(cell) or (entry is not None and _labelled(cell)):
             if entry is None:
                 result.missing.append(cell_id)
             elif entry.todo:
@@ -262,7 +299,7 @@ def draft(project: Path, name: str, lang: str = "zh") -> Path:
     blocks = [f"<!-- {name} · {lang} catalogue (devkit/editions.py): one block per "
               "translatable cell, in order; remove ' todo' once translated -->\n"]
     for cell in _read(source)["cells"]:
-        if not translatable(cell):
+        if not translatable(cell) and not (cell.get("id") in old and _labelled(cell)):
             continue
         english, cell_id = _source(cell), cell["id"]
         entry = old.get(cell_id)

@@ -62,11 +62,11 @@ def cmd_messages(args: argparse.Namespace, resolve: product.SettingsResolver) ->
     ` todo` for a translator, unused blocks dropped. Exit 1 while a block is a draft."""
     from devkit import i18n
     from devkit.lab import project_dir
-    from labs import cases
+    from labs.messages import made
 
     root = project_dir()
     drafts = 0
-    for package, extra in (("labs", cases.messages()), ("devkit", [])):
+    for package, extra in (("labs", made()), ("devkit", [])):
         path = i18n.draft(root / package, extra)
         todo = [m.key for m in i18n.parse_catalogue(path.read_text(encoding="utf-8")).values()
                 if m.todo]

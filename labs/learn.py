@@ -15,15 +15,81 @@ Both print one friendly line and never raise for a missing or wrong guess: a lea
 wrong answer is a step of learning, not an error. Only a solution cell asserts. `check`
 speaks as every judged exercise does (`labs.exercises`): one `Verdict`, one "not
 attempted yet".
+
+**Answers in words, in either language.** A prediction that asks for words ("both",
+"skip it", an invariant's name) is revealed with the English the cell computes; in the
+Chinese edition the learner may write the Chinese instead. The Chinese of each such answer
+is in the harness catalogue under `answer.<slug>` (`answer_key`), one accepted form a
+line, the first the one the reveal shows. `WORDS` lists those answers (the chaos
+checker's invariant names are answers too: `labs.messages` adds them). Statuses, job
+states, task names and rule ids are identifiers: they stay as they are in both editions.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from devkit.i18n import Call
+from devkit.i18n import lang as edition
 from labs.exercises import Verdict, failed, not_attempted, passed
-from labs.i18n import say
+from labs.i18n import CATALOGUE, say
+
+#: The notebooks' answers given in words, by their English (see the module docstring).
+WORDS: tuple[str, ...] = (
+    "a task row", "a job", "both", "nothing",                 # 23: what is left
+    "runs it", "retries it later", "fails it for good",       # 23: the ghost job
+    "remind again", "no-op",                                  # 24: d1 tomorrow
+    "constant", "doubling",                                   # 26a: the backoff
+    "the same job", "a new job",                              # 26a: the retry's job
+    "progress", "result", "none",                             # 26b: A's failed write
+    "nobody",                                                 # 26b: who writes FAILED
+    "neither",                                                # 26c: which version kept
+    "run it", "skip it", "fail the task",                     # 26d: an old delivery
+    "add a new job", "leave it WAITING", "mark it FAILED",    # 26d: the scan
+    "retry", "reject",                                        # 26a: the kinds exercise
+)
+
+
+def answer_key(answer: str) -> str:
+    """The catalogue key of an answer's Chinese: `answer.` and the English in lower case,
+    each run of other characters than letters and digits a dash."""
+    return "answer." + re.sub(r"[^a-z0-9]+", "-", answer.lower()).strip("-")
+
+
+def forms(answer: str, lang: str | None = None) -> list[str]:
+    """The ways a learner may write `answer` in the edition (or `lang`): in Chinese the
+    catalogue's forms, then the English; in English the English alone."""
+    lang = lang or edition()
+    found = CATALOGUE.messages(lang).get(answer_key(answer)) if lang != "en" else None
+    if found is None:
+        return [answer]
+    return [*(line.strip() for line in found.text.splitlines() if line.strip()), answer]
+
+
+def shown(answer: Any) -> Any:
+    """`answer` as the edition shows it: a word answer in the edition's language."""
+    return forms(answer)[0] if isinstance(answer, str) else answer
+
+
+def same(guess: Any, answer: Any) -> bool:
+    """Whether `guess` is `answer`: strings without case and extra spaces, in any of the
+    edition's forms of a word answer (`forms`); collections without order."""
+    if isinstance(guess, str) and isinstance(answer, str):
+        return _norm(guess) in {_norm(f) for f in forms(answer)}
+    return _norm(guess) == _norm(answer)
+
+
+def messages(answers: tuple[str, ...] | list[str] = WORDS, path: str = __file__) -> list[Call]:
+    """`answers` (by default `WORDS`) as messages of the harness catalogue, each at the
+    line of `path` that quotes it (`labs.messages` adds the chaos checker's invariant
+    names this way)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [Call(Path(path), next((n for n, text in enumerate(lines, 1)
+                                   if f'"{answer}"' in text), 1),
+                 answer_key(answer), answer, frozenset()) for answer in answers]
 
 
 def _norm(value: Any) -> Any:
@@ -35,18 +101,19 @@ def _norm(value: Any) -> Any:
 
 
 def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
-    """Compare the learner's guess with what happened; True when they match. Strings are
-    compared without case and extra spaces, collections without order."""
+    """Compare the learner's guess with what happened; True when they match (`same`: a
+    word answer in either of the edition's languages). What happened is shown in the
+    edition's words (`shown`)."""
     if guess is None:
         print(say("learn.reveal.no-guess", "No guess written — that's fine. What happened: "
-                  "{actual!r}.", actual=actual))
+                  "{actual!r}.", actual=shown(actual)))
         matched = False
-    elif _norm(guess) == _norm(actual):
-        print(say("learn.reveal.right", "Right: {actual!r}.", actual=actual))
+    elif same(guess, actual):
+        print(say("learn.reveal.right", "Right: {actual!r}.", actual=shown(actual)))
         matched = True
     else:
         print(say("learn.reveal.wrong", "You guessed {guess!r}; what happened: {actual!r}.",
-                  guess=guess, actual=actual))
+                  guess=guess, actual=shown(actual)))
         matched = False
     if why:
         print(why)

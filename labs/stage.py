@@ -26,22 +26,85 @@ comment rather than a `%%step` cell magic: ruff skips cells that start with a ma
 would then miss their names.) The
 transformer turns a first run into `begin(name)` + the cell, and a re-run into
 `await replay(name)`; IPython's `post_run_cell` event marks the step done.
+
+**A step's name is its identifier; its title is what the learner reads.** The name after
+`# step:` is the same in both editions (the editions' rule keeps code cells equal), and
+the rewind goes by it. What the stage prints — "already done", "replayed", the script —
+shows the step's `title()`: the name itself in English, its Chinese in the Chinese edition.
+The Chinese of every step of the notebooks lives in the harness catalogue
+(`labs/i18n/zh.md`, key `step.<slug of the name>`, fingerprinted against the name like
+every message), not in the notebooks' catalogues: the title is needed where no cell is at
+hand (a replay, a catch-up, the script read from whichever copy of the notebook runs),
+and one entry serves a step shared by two notebooks. `messages()` lists the steps found
+in `notebooks/*.ipynb`, so a renamed step shows up untranslated in the catalogue test.
+`go_to` takes the name or the title, in either language.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from devkit.i18n import Call
+from devkit.i18n import lang as edition
 from labs import rewind
-from labs.i18n import say
+from labs.i18n import CATALOGUE, say
 from labs.rewind import MARKER
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+
+
+def step_key(name: str) -> str:
+    """The catalogue key of step `name`'s title: `step.` and the name in lower case, each
+    run of other characters than letters and digits a dash."""
+    return "step." + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def title(name: str) -> str:
+    """Step `name` as the learner reads it (see the module docstring): in the Chinese
+    edition the catalogue's title, or the name itself when the catalogue has none (a step
+    a learner wrote into their copy); in English the name."""
+    lang = edition()
+    if lang == "en":
+        return name
+    found = CATALOGUE.messages(lang).get(step_key(name))
+    return found.text if found is not None else name
+
+
+def _spaced(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def identifier(name: str, names: list[str]) -> str:
+    """The step of `names` that `name` means: a name, or the title of one in the
+    edition's language (spaces and case aside); else `name` unchanged, for the rewind to
+    refuse with the list of steps."""
+    if name in names:
+        return name
+    wanted = _spaced(name)
+    return next((n for n in names if wanted in (_spaced(n), _spaced(title(n)))), name)
+
+
+def messages(folder: Path = rewind.PROJECT / "notebooks") -> list[Call]:
+    """Every step of the notebooks in `folder` as a message of the harness catalogue
+    (key `step_key(name)`, English the name), at its notebook and cell number."""
+    found = []
+    for path in sorted(folder.glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for number, cell in enumerate(cells, 1):
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            mark = MARKER.match(source.split("\n", 1)[0])
+            if mark is not None and mark["name"]:
+                found.append(Call(path, number, step_key(mark["name"]), mark["name"],
+                                  frozenset()))
+    return found
 
 
 @dataclass
@@ -92,33 +155,34 @@ class Stage:
         step = self.steps[name]
         print(say("stage.already-done-step", "↻ already done: {name} (step {number} of this race; "
                   "nothing was done again). To act again, start the race over.",
-                  name=name, number=step.number))
+                  name=title(name), number=step.number))
         if self.board is None or self.lab.closed:
             return None
         shown = self.board()
         return await shown if inspect.isawaitable(shown) else shown
 
     def script(self) -> list[str]:
-        """The race's steps in notebook order, numbered, each marked done or not; what
-        `go_to` accepts (`labs.rewind`)."""
+        """The race's steps in notebook order, numbered, each marked done or not, by their
+        titles; returns their names, what `go_to` takes (as it takes a title)."""
         names = rewind.step_names(rewind.load_script(self.lab.name))
         for i, name in enumerate(names, 1):
-            print(f"{i:2d}. {'✓' if self.is_done(name) else ' '} {name}")
+            print(f"{i:2d}. {'✓' if self.is_done(name) else ' '} {title(name)}")
         return names
 
     async def go_to(self, name: str) -> None:
         """Put the world into the state right before step `name`: start the race over
         (the notebook's start-over cell, which rebinds `lab`) and replay every earlier
-        step. Then run that step's cell (`labs.rewind`)."""
+        step. Then run that step's cell (`labs.rewind`). `name` may be the step's title."""
         script = rewind.load_script(self.lab.name)
+        name = identifier(name, rewind.step_names(script))
         todo = rewind.before(script, name)  # an unknown name fails here, before anything
         ns = rewind.namespace()
         steps = sum(c.kind == "step" for c in todo)
         print(say("stage.going-starting-race", "⏮ going to: {name} — starting the race over, then "
-                  "replaying {steps} step(s)", name=name, steps=steps))
+                  "replaying {steps} step(s)", name=title(name), steps=steps))
         await rewind.run_source(script[0].source, ns)
         await _replay(todo, ns)
-        print(say("stage.ready-now-run", "ready: now run the cell of “{name}”", name=name))
+        print(say("stage.ready-now-run", "ready: now run the cell of “{name}”", name=title(name)))
 
     def __repr__(self) -> str:
         done = [s.name for s in self.steps.values() if s.done]
@@ -183,7 +247,7 @@ async def _replay(cells: list[Any], ns: dict[str, Any]) -> None:
         if cell.kind == "step":
             stage.finish(True)
             print(say("stage.replayed-step", "↪ replayed step {number}: {name}",
-                      number=step.number, name=cell.name))
+                      number=step.number, name=title(cell.name or "")))
 
 
 async def catch_up(name: str) -> None:
@@ -195,7 +259,7 @@ async def catch_up(name: str) -> None:
     todo = rewind.before(rewind.load_script(stage.lab.name), name)
     missing = [c.name for c in todo if c.kind == "step" and not stage.is_done(c.name)]
     print(say("stage.first-earlier-steps", "↪ first the {count} earlier step(s) of this race: "
-              "{steps}", count=len(missing), steps="; ".join(missing)))
+              "{steps}", count=len(missing), steps="; ".join(map(title, missing))))
     await _replay(todo, rewind.namespace())
 
 

@@ -29,8 +29,9 @@ One concept per module:
 - `guards`   — a Redis of the run's own to restart, a working proxy for cuts, `ChaosRefused`;
 - `workload` — the teams seeded and the plan created through the services (O1), recorded
   as `Expected`;
-- `driver`   — the live run: one method per fault kind, the supervisor, the waves, the
-  snapshots, the settle phase, the final stop;
+- `driver`   — the faults: one method per fault kind, each strike after its sync points;
+- `window`   — what runs beside the faults: the supervisor, the waves, the snapshots;
+- `settle`   — after the window: restore, settle, the final stop;
 - `checker`  — the invariants (`Invariant`), typed `Violation`s, `check_invariants`;
 - `worker_logs` — the one parse of the workers' log lines;
 - `holds`    — strikes on running work: a worker process holds an export between two
@@ -39,6 +40,8 @@ One concept per module:
   processes); `worker` — the workers' entry point that installs them (and a
   counterexample, `labs.counterexample_worker`);
 - `report`   — `ChaosReport`, the printed header and summary; `plot` — the swimlanes;
+  every line the run prints or records speaks the edition's language (`labs.i18n.say`);
+  the workers' own log lines stay as the product writes them;
 - `run`      — `run_chaos`, start to summary.
 
 The world (database + queue prefix) belongs to the caller, fresh for each run (a `Lab`

@@ -17,6 +17,7 @@ from labs import statements
 from labs.chaos.holds import Crossing
 from labs.chaos.plan import EXPORT_TEAM, REMINDER_TEAM
 from labs.chaos.workload import Expected, fingerprint
+from labs.i18n import say
 from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType, Ticket
 from teamdesk.services import exports as export_services
 from teamdesk.tasks.dispatcher import QUEUE_FAILED_ERROR
@@ -132,10 +133,12 @@ def clobbered(history: Sequence[Crossing]) -> dict[str, str]:
             continue
         lease = newest.get(key)
         if lease is not None and lease.execution_id != c.execution_id:
-            found.setdefault(c.task_id, (
-                f"result written by execution {c.execution_id[:8]} ({c.worker}) over the "
-                f"newer lease {lease.execution_id[:8]} ({lease.worker}, claimed "
-                f"{c.t - lease.t:.2f} s before)"))
+            found.setdefault(c.task_id, say(
+                "chaos.checker.clobber", "result written by execution {execution} ({worker}) "
+                "over the newer lease {newer} ({newer_worker}, claimed {seconds:.2f} s "
+                "before)", execution=c.execution_id[:8], worker=c.worker,
+                newer=lease.execution_id[:8], newer_worker=lease.worker,
+                seconds=c.t - lease.t))
     return found
 
 
@@ -165,8 +168,9 @@ async def check_invariants(sessions: async_sessionmaker[AsyncSession], expected:
     now_rows = await completed_rows(sessions)
     for task_id, seen in completed_seen.items():
         if now_rows.get(task_id) != seen:
-            v.append(Violation(Invariant.UNCHANGED, task_id, "a COMPLETED row changed "
-                               f"afterwards ({_diff(seen, now_rows.get(task_id))})"))
+            v.append(Violation(Invariant.UNCHANGED, task_id, say(
+                "chaos.checker.changed", "a COMPLETED row changed afterwards ({what})",
+                what=_diff(seen, now_rows.get(task_id)))))
     if history is not None:
         v.extend(Violation(Invariant.CLOBBER, task_id, what)
                  for task_id, what in clobbered(history).items())
@@ -179,37 +183,46 @@ def _check_rows(tasks: Sequence[BackgroundTask], expected: Expected) -> list[Vio
     ids = {t.id for t in tasks}
     if ids != set(expected.tasks):
         missing, extra = set(expected.tasks) - ids, ids - set(expected.tasks)
-        v.append(Violation(Invariant.NOTHING_LOST, None,
-                           f"task count {len(ids)} != created {len(expected.tasks)}; missing "
-                           f"{sorted(missing)[:5]}, extra {sorted(extra)[:5]}"))
+        v.append(Violation(Invariant.NOTHING_LOST, None, say(
+            "chaos.checker.count", "task count {count} != created {created}; missing "
+            "{missing}, extra {extra}", count=len(ids), created=len(expected.tasks),
+            missing=sorted(missing)[:5], extra=sorted(extra)[:5])))
     for t in tasks:
         if t.run != 0:
-            v.append(Violation(Invariant.NOTHING_LOST, t.id,
-                               f"run {t.run}, but nobody retried it (D6 must keep the run)"))
+            v.append(Violation(Invariant.NOTHING_LOST, t.id, say(
+                "chaos.checker.run", "run {run}, but nobody retried it (D6 must keep the run)",
+                run=t.run)))
         if t.status not in (TaskStatus.COMPLETED, TaskStatus.FAILED):
-            v.append(Violation(Invariant.TERMINAL, t.id,
-                               f"not terminal ({t.status.value}, progress {t.progress})"))
+            v.append(Violation(Invariant.TERMINAL, t.id, say(
+                "chaos.checker.not-terminal", "not terminal ({status}, progress {progress})",
+                status=t.status.value, progress=t.progress)))
             continue
         if t.execution_id is not None:
-            v.append(Violation(Invariant.TERMINAL, t.id, f"{t.status.value} but still "
-                               f"leased ({t.execution_id[:8]})"))
+            v.append(Violation(Invariant.TERMINAL, t.id, say(
+                "chaos.checker.leased", "{status} but still leased ({execution})",
+                status=t.status.value, execution=t.execution_id[:8])))
         if t.status == TaskStatus.COMPLETED and t.progress != 100:
-            v.append(Violation(Invariant.TERMINAL, t.id,
-                               f"COMPLETED with progress {t.progress}"))
+            v.append(Violation(Invariant.TERMINAL, t.id, say(
+                "chaos.checker.progress", "COMPLETED with progress {progress}",
+                progress=t.progress)))
         if t.status == TaskStatus.FAILED:
             if t.last_error not in FIXED_FAILED_TEXTS:
-                v.append(Violation(Invariant.FIXED_TEXT, t.id, "FAILED with a text that is "
-                                   f"not one of the fixed ones: {t.last_error!r}"))
+                v.append(Violation(Invariant.FIXED_TEXT, t.id, say(
+                    "chaos.checker.text", "FAILED with a text that is not one of the fixed "
+                    "ones: {text!r}", text=t.last_error)))
             if t.type == TaskType.EXPORT and t.result_csv is not None:
-                v.append(Violation(Invariant.FIXED_TEXT, t.id, "FAILED export holds a CSV"))
+                v.append(Violation(Invariant.FIXED_TEXT, t.id, say(
+                    "chaos.checker.failed-csv", "FAILED export holds a CSV")))
         kind, rejected = expected.tasks.get(t.id, ("?", None))
         if kind == "export" and rejected and t.status == TaskStatus.COMPLETED:
-            v.append(Violation(Invariant.FIXED_TEXT, t.id, "export of the demoted agent "
-                               "COMPLETED; it must be rejected"))
+            v.append(Violation(Invariant.FIXED_TEXT, t.id, say(
+                "chaos.checker.demoted", "export of the demoted agent COMPLETED; it must be "
+                "rejected")))
         if (kind == "export" and not rejected and t.status == TaskStatus.FAILED
                 and t.last_error in REJECT_TEXTS):
-            v.append(Violation(Invariant.FIXED_TEXT, t.id, f"rejected ({t.last_error!r}) "
-                               "though its authorization and size never changed"))
+            v.append(Violation(Invariant.FIXED_TEXT, t.id, say(
+                "chaos.checker.rejected", "rejected ({text!r}) though its authorization and "
+                "size never changed", text=t.last_error)))
     return v
 
 
@@ -219,8 +232,9 @@ async def _check_exports(sessions: async_sessionmaker[AsyncSession],
     """Each COMPLETED export's CSV equals a fresh recomputation over unchanged data."""
     v: list[Violation] = []
     if await fingerprint(sessions) != expected.export_fingerprint:
-        v.append(Violation(Invariant.CSV, None, f"the {EXPORT_TEAM} tickets changed during "
-                           "the run: the CSV check is void"))
+        v.append(Violation(Invariant.CSV, None, say(
+            "chaos.checker.tickets-changed", "the {team} tickets changed during the run: the "
+            "CSV check is void", team=EXPORT_TEAM)))
     async with sessions() as s:
         for t in tasks:
             if t.type != TaskType.EXPORT or t.status != TaskStatus.COMPLETED:
@@ -229,19 +243,20 @@ async def _check_exports(sessions: async_sessionmaker[AsyncSession],
                 s, t.team_id, t.owner_id, t.scope,
                 export_services.validate_filters(t.filters)))
             if t.result_csv != fresh:
-                v.append(Violation(Invariant.CSV, t.id, "CSV differs from a fresh "
-                                   f"recomputation of {t.filters} "
-                                   f"({len((t.result_csv or '').splitlines())} vs "
-                                   f"{len(fresh.splitlines())} lines)"))
+                v.append(Violation(Invariant.CSV, t.id, say(
+                    "chaos.checker.csv", "CSV differs from a fresh recomputation of "
+                    "{filters} ({stored} vs {fresh} lines)", filters=t.filters,
+                    stored=len((t.result_csv or "").splitlines()),
+                    fresh=len(fresh.splitlines()))))
             if t.expires_at is None or not t.result_summary:
-                v.append(Violation(Invariant.CSV, t.id,
-                                   "COMPLETED export without expiry or summary"))
+                v.append(Violation(Invariant.CSV, t.id, say(
+                    "chaos.checker.no-expiry", "COMPLETED export without expiry or summary")))
     return v
 
 
 def _diff(before: tuple, after: tuple | None) -> str:
     if after is None:
-        return "it is no longer COMPLETED or gone"
+        return say("chaos.checker.gone", "it is no longer COMPLETED or gone")
     return ", ".join(n for n, a, b in zip(SNAPSHOT_NAMES, before, after, strict=True)
                      if a != b)
 
@@ -285,7 +300,8 @@ def _check_reminder_task(t: BackgroundTask, f: _ReminderFacts,
     revision's completion, none otherwise."""
     ticket = f.tickets.get(t.ticket_id)
     if ticket is None:
-        bad(t.id, f"its ticket {t.ticket_id} is gone")
+        bad(t.id, say("chaos.checker.ticket-gone", "its ticket {ticket} is gone",
+                      ticket=t.ticket_id))
         return
     key = (ticket.id, t.reminder_revision)
     current = (t.reminder_revision == ticket.reminder_revision
@@ -293,19 +309,28 @@ def _check_reminder_task(t: BackgroundTask, f: _ReminderFacts,
     if current and t.status == TaskStatus.COMPLETED:
         f.delivered[ticket.id] += 1
         if not (t.result_summary or "").startswith("Reminder sent"):
-            bad(t.id, f"current revision COMPLETED without sending: {t.result_summary!r}")
+            bad(t.id, say("chaos.checker.not-sent", "current revision COMPLETED without "
+                          "sending: {summary!r}", summary=t.result_summary))
         if f.notes[key] != 1 or f.sent[key] != 1:
-            bad(t.id, f"current revision {key[1]} of ticket {key[0]} produced "
-                      f"{f.notes[key]} notification(s) and {f.sent[key]} reminder_sent "
-                      "event(s), expected exactly one each")
+            bad(t.id, say("chaos.checker.current-effects", "current revision {revision} of "
+                          "ticket {ticket} produced {notes} notification(s) and {sent} "
+                          "reminder_sent event(s), expected exactly one each",
+                          revision=key[1], ticket=key[0], notes=f.notes[key],
+                          sent=f.sent[key]))
         return
     if f.notes[key] or f.sent[key]:
-        what = "FAILED current" if current else "superseded/closed"
-        bad(t.id, f"{what} revision {key[1]} of ticket {key[0]} produced "
-                  f"{f.notes[key]} notification(s), {f.sent[key]} event(s); expected none")
+        revision, ticket_id, notes, sent = key[1], key[0], f.notes[key], f.sent[key]
+        bad(t.id, say("chaos.checker.failed-effects", "FAILED current revision {revision} of "
+                      "ticket {ticket} produced {notes} notification(s), {sent} event(s); "
+                      "expected none", revision=revision, ticket=ticket_id, notes=notes,
+                      sent=sent) if current else
+            say("chaos.checker.stale-effects", "superseded/closed revision {revision} of "
+                "ticket {ticket} produced {notes} notification(s), {sent} event(s); expected "
+                "none", revision=revision, ticket=ticket_id, notes=notes, sent=sent))
     if (t.status == TaskStatus.COMPLETED
             and not (t.result_summary or "").startswith("No reminder sent")):
-        bad(t.id, f"stale reminder COMPLETED as {t.result_summary!r}")
+        bad(t.id, say("chaos.checker.stale-completed", "stale reminder COMPLETED as "
+                      "{summary!r}", summary=t.result_summary))
 
 
 def _check_reminder_ticket(ticket_id: str, ticket: Ticket, f: _ReminderFacts,
@@ -315,19 +340,23 @@ def _check_reminder_ticket(ticket_id: str, ticket: Ticket, f: _ReminderFacts,
     delivered = f.delivered[ticket_id]
     bumps = ticket.version - f.business[ticket_id]
     if bumps != delivered:
-        bad(None, f"ticket {ticket_id}: version {ticket.version} = {f.business[ticket_id]} "
-                  f"business change(s) + {bumps} bump(s), but {delivered} "
-                  "reminder(s) delivered")
+        bad(None, say("chaos.checker.bumps", "ticket {ticket}: version {version} = "
+                      "{business} business change(s) + {bumps} bump(s), but {delivered} "
+                      "reminder(s) delivered", ticket=ticket_id, version=ticket.version,
+                      business=f.business[ticket_id], bumps=bumps, delivered=delivered))
     if delivered > 1:
-        bad(None, f"ticket {ticket_id}: {delivered} current reminders delivered")
+        bad(None, say("chaos.checker.delivered-twice", "ticket {ticket}: {delivered} "
+                      "current reminders delivered", ticket=ticket_id, delivered=delivered))
     total = sum(n for (tid, _), n in f.notes.items() if tid == ticket_id)
     if total != delivered:
-        bad(None, f"ticket {ticket_id}: {total} notification(s) for "
-                  f"{delivered} delivered reminder(s)")
+        bad(None, say("chaos.checker.notifications", "ticket {ticket}: {total} "
+                      "notification(s) for {delivered} delivered reminder(s)",
+                      ticket=ticket_id, total=total, delivered=delivered))
     want = expected.tickets.get(ticket_id)
     if want is not None and (ticket.reminder_revision, ticket.status.value == "CLOSED",
                              ticket.due_at is not None) != want:
-        bad(None, f"ticket {ticket_id}: revision/closed/due changed after creation")
+        bad(None, say("chaos.checker.ticket-changed", "ticket {ticket}: revision/closed/due "
+                      "changed after creation", ticket=ticket_id))
 
 
 async def _check_reminders(sessions: async_sessionmaker[AsyncSession],

@@ -1,9 +1,10 @@
 """The driver of one chaos run: its clock, worker processes, proxies and Redis, and one
-method per fault kind (named after the kind in `labs.chaos.kinds.FAULT_KINDS`), plus the
-background duties of the window — a supervisor, the waves of new tasks, the snapshots of
-COMPLETED rows — and the settle phase after it. Every fault goes through `_struck`: its
-sync points, waited for in the schedule's order, then its strike on a RUNNING task of its
-own."""
+method per fault kind (named after the kind in `labs.chaos.kinds.FAULT_KINDS`). Every
+fault goes through `_struck`: its sync points, waited for in the schedule's order, then
+its strike on a RUNNING task of its own. What runs beside the faults (a supervisor, the
+waves of new tasks, the snapshots) is `labs.chaos.window`'s; what comes after the window
+(restore, settle, the final stop) is `labs.chaos.settle`'s. Its notes speak the edition's
+language (`labs.i18n.say`); the workers' own log lines stay as the product writes them."""
 
 from __future__ import annotations
 
@@ -18,15 +19,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from labs import statements
-from labs.chaos.checker import completed_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.guards import RedisRestart
 from labs.chaos.holds import Held, Holds, read_history
 from labs.chaos.kinds import FAULT_KINDS
-from labs.chaos.plan import STRIKE_EXPORT, Spec
+from labs.chaos.plan import STRIKE_EXPORT
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
-from labs.chaos.workload import Expected, create, later_specs
+from labs.chaos.workload import create
+from labs.i18n import say
 from labs.procs import WorkerProc
 from labs.timings import CHAOS_WORKER
 from teamdesk.config import Settings
@@ -82,7 +83,7 @@ class Driver:
         """Start the run's clock: fault offsets count from here."""
         self.t0, self.wall0 = time.monotonic(), time.time()
 
-    async def _sleep_until(self, offset: float) -> None:
+    async def sleep_until(self, offset: float) -> None:
         delay = self.t0 + offset - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)  # the schedule's own clock, not an ordering device
@@ -173,12 +174,16 @@ class Driver:
             try:
                 await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                return self._missed(ev, f"w{ev.worker + 1} was still under an earlier fault")
+                return self._missed(ev, say("chaos.driver.still-under", "{worker} was still "
+                                            "under an earlier fault",
+                                            worker=f"w{ev.worker + 1}"))
             targets = [ev.worker]
             w = self.procs[ev.worker]
             if not w.alive:  # it exited by itself; the supervisor waits for its lock
                 w.start()
-                self.note(f"started {w.name} again (pid {w.pid}) for the {ev.kind} due")
+                self.note(say("chaos.driver.started-again", "started {worker} again (pid "
+                              "{pid}) for the {kind} due", worker=w.name, pid=w.pid,
+                              kind=ev.kind))
         else:
             targets = await self._free(ev, deadline)
         try:
@@ -193,7 +198,8 @@ class Driver:
         if held is None or lock is None:
             if lock is not None:
                 lock.release()
-            return self._missed(ev, "no export of a task not struck yet was held")
+            return self._missed(ev, say("chaos.driver.none-held", "no export of a task not "
+                                        "struck yet was held"))
         lane = "redis" if FAULT_KINDS[ev.kind].target == "server" else held.worker
         strike = Strike(self.now(), ev.kind, lane, held.worker, held.task_id,
                         held.execution_id, on_running=True, fault=index, due=ev.at)
@@ -248,8 +254,9 @@ class Driver:
                     break
                 # Its lock lapsed while it was held (a starved machine) and another claim
                 # has the task now: let it go on and wait for the next one.
-                self.note(f"{found.worker} held {found.task_id}, no longer RUNNING under "
-                          f"{found.execution_id[:8]}; waiting for another")
+                self.note(say("chaos.driver.lapsed", "{worker} held {task}, no longer RUNNING "
+                              "under {execution}; waiting for another", worker=found.worker,
+                              task=found.task_id, execution=found.execution_id[:8]))
                 holds.release(found.worker, found.token)
                 tokens[self._index(found.worker)] = holds.arm(found.worker, exclude=exclude)
         finally:
@@ -262,11 +269,12 @@ class Driver:
     def _missed(self, ev: FaultEvent, why: str) -> None:
         """A fault whose sync points did not come within the bound: a violation."""
         self.report.missed[ev.kind] += 1
-        self.note(f"{ev.kind} due at +{ev.at:.2f} s MISSED: {why} within "
-                  f"{self.config.hold_wait:g} s")
-        self.report.violate(f"fault {ev.describe().strip()!r}: {why} within "
-                            f"{self.config.hold_wait:g} s (a sync point that never came: "
-                            "the system is stuck)")
+        bound = self.config.hold_wait
+        self.note(say("chaos.driver.missed", "{kind} due at +{at:.2f} s MISSED: {why} within "
+                      "{bound:g} s", kind=ev.kind, at=ev.at, why=why, bound=bound))
+        self.report.violate(say("chaos.driver.missed-violation", "fault {fault!r}: {why} "
+                                "within {bound:g} s (a sync point that never came: the system "
+                                "is stuck)", fault=ev.describe().strip(), why=why, bound=bound))
 
     async def _until_lease_replaced(self, held: Held, strike: Strike, timeout: float, *,
                                     cleared_will_do: bool = False) -> None:
@@ -297,15 +305,27 @@ class Driver:
 
     @staticmethod
     def _what(held: Held, strike: Strike) -> str:
-        return (f"holding {held.task_id} (execution {held.execution_id[:8]}, "
-                f"{'RUNNING' if strike.on_running else 'no longer RUNNING'})")
+        if strike.on_running:
+            return say("chaos.driver.holding", "holding {task} (execution {execution}, "
+                       "RUNNING)", task=held.task_id, execution=held.execution_id[:8])
+        return say("chaos.driver.holding-not-running", "holding {task} (execution "
+                   "{execution}, no longer RUNNING)", task=held.task_id,
+                   execution=held.execution_id[:8])
+
+    @staticmethod
+    def _lease(strike: Strike) -> str:
+        """What the held lease had become (`Strike.lease_after`), in the edition's words."""
+        return {"taken over": say("chaos.driver.lease-taken-over", "taken over"),
+                "cleared": say("chaos.driver.lease-cleared", "cleared"),
+                "kept": say("chaos.driver.lease-kept", "kept")}.get(strike.lease_after or "",
+                                                                    strike.lease_after or "")
 
     # ------------------------------------------------------------ the faults, one per kind
 
     async def fault(self, ev: FaultEvent) -> None:
         """Strike `ev` at its offset or later (`_struck`), through the method named after
         its kind."""
-        await self._sleep_until(ev.at)
+        await self.sleep_until(ev.at)
         await getattr(self, ev.kind)(ev)
 
     async def redis(self, ev: FaultEvent) -> None:
@@ -321,22 +341,24 @@ class Driver:
             started = self.now()
             self.redis_down = True
             await self.restarter.stop()
-            self.note(f"redis stopped ({self.now() - started:.2f} s to stop), "
-                      f"{self._what(held, strike)} on {held.worker}; start again in "
-                      f"{ev.hold:.2f} s")
+            self.note(say("chaos.driver.redis-stopped", "redis stopped ({took:.2f} s to "
+                          "stop), {what} on {worker}; start again in {hold:.2f} s",
+                          took=self.now() - started, what=self._what(held, strike),
+                          worker=held.worker, hold=ev.hold))
             try:
                 await asyncio.sleep(ev.hold)
             finally:
                 await self.start_redis()
             self.outages.append((started, self.now()))
             self.report.timeline.append((started, self.now(), "redis", "redis"))
-            self.note(f"redis started again (empty); unavailable for "
-                      f"{self.now() - started:.2f} s")
+            self.note(say("chaos.driver.redis-started", "redis started again (empty); "
+                          "unavailable for {seconds:.2f} s", seconds=self.now() - started))
             await self._until_lease_replaced(held, strike, _SERVER_HOLD_S,
                                              cleared_will_do=True)
             self._let_go(held)
-            self.note(f"released {held.worker}'s executor of {held.task_id}; its lease "
-                      f"was {strike.lease_after}")
+            self.note(say("chaos.driver.released", "released {worker}'s executor of {task}; "
+                          "its lease was {lease}", worker=held.worker, task=held.task_id,
+                          lease=self._lease(strike)))
 
     async def cut(self, ev: FaultEvent) -> None:
         """Cut one worker's Redis link (its proxy) while it holds an export, let the
@@ -349,14 +371,16 @@ class Driver:
             n = await proxy.cut()
             cut_at = self.now()
             self._let_go(held)
-            self.note(f"cut {w.name}'s Redis link ({n} connection(s)), "
-                      f"{self._what(held, strike)}, for {ev.hold:.2f} s")
+            self.note(say("chaos.driver.cut", "cut {worker}'s Redis link ({n} "
+                          "connection(s)), {what}, for {hold:.2f} s", worker=w.name, n=n,
+                          what=self._what(held, strike), hold=ev.hold))
             try:
                 await asyncio.sleep(ev.hold)
             finally:
                 await proxy.heal()
                 self.report.timeline.append((cut_at, self.now(), w.name, "cut"))
-            self.note(f"healed {w.name}'s Redis link")
+            self.note(say("chaos.driver.healed", "healed {worker}'s Redis link",
+                          worker=w.name))
 
     async def sigkill(self, ev: FaultEvent) -> None:
         """SIGKILL a worker (no drain) while it holds an export in flight, restart it
@@ -369,7 +393,9 @@ class Driver:
             w.send(signal.SIGKILL)
             code = await w.wait_exit(10)
             self._let_go(held)  # nothing left to hold; its next start must not stop there
-            self.note(f"SIGKILL {w.name} (pid {pid}), {self._what(held, strike)}: exit {code}")
+            self.note(say("chaos.driver.sigkill", "SIGKILL {worker} (pid {pid}), {what}: "
+                          "exit {code}", worker=w.name, pid=pid, what=self._what(held, strike),
+                          code=code))
             await self._restart_after(w, ev.hold)
 
     async def sigterm(self, ev: FaultEvent) -> None:
@@ -387,20 +413,26 @@ class Driver:
             if code is None:
                 w.kill()
                 code = w.p.returncode if w.p else None
-                self.report.notes.append(f"{w.name} ignored SIGTERM; killed")
-            self.note(f"SIGTERM {w.name} (pid {pid}), {self._what(held, strike)}: exit {code}")
+                self.report.notes.append(say("chaos.driver.ignored-sigterm", "{worker} "
+                                             "ignored SIGTERM; killed", worker=w.name))
+            self.note(say("chaos.driver.sigterm", "SIGTERM {worker} (pid {pid}), {what}: "
+                          "exit {code}", worker=w.name, pid=pid, what=self._what(held, strike),
+                          code=code))
             if code == -signal.SIGTERM:
                 # Still importing: its handler (installed before it takes any job) was not
                 # there yet. Nothing can have been running.
-                self.report.notes.append(f"{w.name} got SIGTERM while still starting "
-                                         "(exit -15, before its drain handler existed)")
+                self.report.notes.append(say("chaos.driver.sigterm-starting", "{worker} got "
+                                             "SIGTERM while still starting (exit -15, before "
+                                             "its drain handler existed)", worker=w.name))
             elif code not in (0, 3) and not w.started_up:
-                self.report.findings.append(
-                    f"{w.name} exited {code} before it had started (the SIGTERM met a "
-                    f"start that was failing anyway): {w.tail(1).strip()[:160]}")
+                self.report.findings.append(say(
+                    "chaos.driver.sigterm-failing-start", "{worker} exited {code} before it "
+                    "had started (the SIGTERM met a start that was failing anyway): {last}",
+                    worker=w.name, code=code, last=w.tail(1).strip()[:160]))
             elif code not in (0, 3):
-                self.report.violate(f"{w.name} exited {code} after SIGTERM; expected 0 or "
-                                    "3 (W4)")
+                self.report.violate(say("chaos.driver.sigterm-exit", "{worker} exited {code} "
+                                        "after SIGTERM; expected 0 or 3 (W4)", worker=w.name,
+                                        code=code))
             await self._restart_after(w, ev.hold)
 
     async def sigstop(self, ev: FaultEvent) -> None:
@@ -412,15 +444,17 @@ class Driver:
                 return
             w, held, strike = struck
             w.send(signal.SIGSTOP)
-            self.note(f"SIGSTOP {w.name}, {self._what(held, strike)}")
+            self.note(say("chaos.driver.sigstop", "SIGSTOP {worker}, {what}", worker=w.name,
+                          what=self._what(held, strike)))
             try:
                 await asyncio.sleep(ev.hold)
                 await self._until_lease_replaced(held, strike, 6.0)
                 self._let_go(held)
             finally:
                 w.send(signal.SIGCONT)
-            self.note(f"SIGCONT {w.name} (pid {w.pid}) after {self.now() - strike.at:.2f} s "
-                      f"frozen; its lease was {strike.lease_after}")
+            self.note(say("chaos.driver.sigcont", "SIGCONT {worker} (pid {pid}) after "
+                          "{seconds:.2f} s frozen; its lease was {lease}", worker=w.name,
+                          pid=w.pid, seconds=self.now() - strike.at, lease=self._lease(strike)))
 
     async def takeover(self, ev: FaultEvent) -> None:
         """The takeover race staged by gates (ch. 26 §4), the same way every run: the
@@ -444,19 +478,26 @@ class Driver:
         others = [p for p in self.procs if p is not w and p.alive]
         tokens = {p.name: self.holds.arm(p.name, held.task_id) for p in others}
         w.send(signal.SIGSTOP)
-        self.note(f"SIGSTOP {w.name} (E1), {self._what(held, strike)}")
+        self.note(say("chaos.driver.sigstop-e1", "SIGSTOP {worker} (E1), {what}",
+                      worker=w.name, what=self._what(held, strike)))
         e2: Held | None = None
         try:
             e2 = await self.holds.reached(list(tokens), tokens, ev.hold + 8.0)
             strike.lease_after = "taken over" if e2 is not None else "kept"
-            self.note(f"E2 {e2.execution_id[:8]} on {e2.worker} took {held.task_id} over, "
-                      "held between two batches" if e2 else
-                      f"nobody took {held.task_id} over within the bound")
+            self.note(say("chaos.driver.e2", "E2 {execution} on {worker} took {task} over, "
+                          "held between two batches", execution=e2.execution_id[:8],
+                          worker=e2.worker, task=held.task_id) if e2 else
+                      say("chaos.driver.no-e2", "nobody took {task} over within the bound",
+                          task=held.task_id))
             self._let_go(held)
             w.send(signal.SIGCONT)
             landed = await self._result_of(held, ev.hold + 8.0)
-            self.note(f"SIGCONT {w.name}: E1's late result {'landed' if landed else 'never landed'}"
-                      f" after {self.now() - strike.at:.2f} s; E2 released")
+            self.note(say("chaos.driver.e1-landed", "SIGCONT {worker}: E1's late result "
+                          "landed after {seconds:.2f} s; E2 released", worker=w.name,
+                          seconds=self.now() - strike.at) if landed else
+                      say("chaos.driver.e1-never-landed", "SIGCONT {worker}: E1's late result "
+                          "never landed after {seconds:.2f} s; E2 released", worker=w.name,
+                          seconds=self.now() - strike.at))
         finally:
             w.send(signal.SIGCONT)
             for name, token in tokens.items():
@@ -484,131 +525,8 @@ class Driver:
     async def _restart_after(self, w: WorkerProc, hold: float) -> None:
         await asyncio.sleep(hold)
         w.start()
-        self.note(f"restarted {w.name} (pid {w.pid})")
-
-    # ------------------------------------------------------------ during the window
-
-    async def supervise(self, stop: asyncio.Event) -> None:
-        """Like a process supervisor: a worker that exits by itself (not by a fault of
-        ours) is restarted after 0.5 s; each such exit is a finding."""
-        while not stop.is_set():
-            for w, lock in zip(self.procs, self.locks, strict=True):
-                if lock.locked() or w.alive or w.p is None:
-                    continue
-                async with lock:
-                    code = w.p.returncode
-                    last = (w.tail(1) or "?").strip()[:160]
-                    when = "while starting" if not w.started_up else "while running"
-                    self.note(f"{w.name} exited by itself {when} (exit {code}): {last}")
-                    self.report.findings.append(
-                        f"{w.name} exited by itself {when} with code {code} at "
-                        f"+{self.now():.2f} s; last log line: {last}")
-                    await asyncio.sleep(0.5)
-                    w.start()
-                    self.note(f"restarted {w.name} (pid {w.pid}) as a supervisor would")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.1)
-
-    async def waves(self, plan: list[Spec], upfront: int, expected: Expected) -> None:
-        """The rest of the plan in waves across the fault window (PostgreSQL only, O4)."""
-        later = later_specs(plan, upfront)
-        waves = max(1, self.config.waves)
-        per = -(-len(later) // waves) if later else 0
-        for i in range(waves):
-            chunk = later[i * per:(i + 1) * per]
-            if not chunk:
-                break
-            await self._sleep_until(self.config.duration * (i + 0.5) / waves)
-            n = 0
-            for spec in chunk:
-                n += await create(self.sessions, spec, expected)
-            self.note(f"wave {i + 1}: {n} task(s) created through the services")
-
-    async def snapshots(self, stop: asyncio.Event) -> None:
-        """A snapshot of the COMPLETED rows every second until `stop`."""
-        while not stop.is_set():
-            await self.snapshot()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-
-    async def snapshot(self) -> None:
-        """Remember each COMPLETED row as first seen (P1, D3, P12: it must not change)."""
-        rows = await completed_rows(self.sessions, skip=set(self.report.completed_seen))
-        for task_id, row in rows.items():
-            self.report.completed_seen.setdefault(task_id, row)
-        self.report.snapshots += 1
-        if self.t0:
-            self.report.completions.append((self.now(), len(self.report.completed_seen)))
-
-    # ------------------------------------------------------------ after the window
-
-    async def restore(self) -> None:
-        """After the window: Redis up, every link healed, every worker running."""
-        if self.redis_down:
-            await self.start_redis()
-        for proxy in self.proxies:
-            if proxy.is_cut:
-                await proxy.heal()
-        for w, lock in zip(self.procs, self.locks, strict=True):
-            async with lock:
-                if not w.alive:
-                    w.start()
-                    self.note(f"restarted {w.name} for the settle phase")
-
-    async def settle(self, total: int) -> tuple[bool, float]:
-        """Poll the ledger (bounded by `config.settle`) until every task is terminal:
-        (settled?, seconds it took)."""
-        started = time.monotonic()
-        last = 0.0
-        while True:
-            async with self.sessions() as s:
-                counts = dict((await statements.run(s, "status_counts")).all())
-            open_ = counts.get("WAITING", 0) + counts.get("RUNNING", 0)
-            elapsed = time.monotonic() - started
-            if open_ == 0 and sum(counts.values()) >= total:
-                self.note(f"settled after {elapsed:.1f} s: {counts}")
-                return True, elapsed
-            if elapsed > self.config.settle:
-                self.note(f"NOT settled after {elapsed:.1f} s: {counts}")
-                return False, elapsed
-            if elapsed - last >= 2.0:
-                last = elapsed
-                self.note(f"settling … {counts}")
-            await asyncio.sleep(0.1)  # poll interval of an external state
-
-    async def all_started(self, timeout: float) -> None:
-        """Before the final SIGTERM: every worker running and past its start (bounded), so
-        the drain is tested on a worker that could drain."""
-        for w in self.procs:
-            if not w.alive:
-                w.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(w.started_up or not w.alive for w in self.procs):
-                return
-            await asyncio.sleep(0.05)  # poll interval of an external state
-
-    async def final_stop(self) -> None:
-        """SIGTERM every worker; judge each exit code (W4: 0, or 3 after the drain
-        timeout); what is not the product's doing is a finding, not a violation."""
-        codes = [await w.stop(15) for w in self.procs]
-        self.out(f"  workers stopped (SIGTERM): exit codes {codes}")
-        for w, code in zip(self.procs, codes, strict=True):
-            if code == 0:
-                continue
-            if not w.started_up:
-                self.report.findings.append(
-                    f"{w.name} had not finished starting when the final SIGTERM came "
-                    f"(exit {code}): {w.tail(1).strip()[:160]}")
-            elif code == 3 and self.report.settled:
-                self.report.findings.append(
-                    f"{w.name} exited 3 (drain timeout, 'running job abandoned') on the final "
-                    "SIGTERM although no task was RUNNING: its bullmq worker did not close "
-                    "within the drain timeout (after a Redis outage the Python port sleeps "
-                    "runRetryDelay, 15 s by default, before it notices the close)")
-            else:
-                self.report.violate(f"{w.name} exited {code} on the final SIGTERM "
-                                    "(W4 expects 0, or 3 after the drain timeout)")
+        self.note(say("chaos.driver.restarted", "restarted {worker} (pid {pid})",
+                      worker=w.name, pid=w.pid))
 
     def logs(self) -> dict[str, str]:
         """Each worker's whole log (every start), by name."""

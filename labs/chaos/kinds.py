@@ -9,6 +9,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from labs.i18n import say
+
 #: Whom a fault strikes: one worker process, one worker's Redis link, the Redis server
 #: every worker uses, or whichever worker holds an export first.
 Target = Literal["process", "link", "server", "any"]
@@ -79,6 +81,25 @@ ALL_KINDS: tuple[str, ...] = (*KINDS, *(k for k, kind in FAULT_KINDS.items()
 #: The kinds that break a worker's Redis while they last.
 BREAKS_REDIS: frozenset[str] = frozenset(k for k, kind in FAULT_KINDS.items()
                                          if kind.breaks_redis)
+
+
+def action_line(kind: str, hold: float) -> str:
+    """What a strike of `kind` does and for how long (its `action` and the hold), in the
+    edition's words: the printed schedule's last column."""
+    said = {
+        "sigkill": lambda: say("chaos.kind.sigkill", "SIGKILL, restart after {hold:.2f} s",
+                               hold=hold),
+        "sigterm": lambda: say("chaos.kind.sigterm", "SIGTERM, restart after {hold:.2f} s",
+                               hold=hold),
+        "redis": lambda: say("chaos.kind.redis", "stop Redis, start again after {hold:.2f} s",
+                             hold=hold),
+        "cut": lambda: say("chaos.kind.cut", "cut its Redis link for {hold:.2f} s", hold=hold),
+        "sigstop": lambda: say("chaos.kind.sigstop", "SIGSTOP beyond its lock, SIGCONT after "
+                               "{hold:.2f} s", hold=hold),
+        "takeover": lambda: say("chaos.kind.takeover", "SIGSTOP, hand over, SIGCONT within "
+                                "{hold:.2f} s", hold=hold),
+    }.get(kind)
+    return said() if said is not None else f"{FAULT_KINDS[kind].action} {hold:.2f} s"
 
 
 def check_kinds(kinds: tuple[str, ...]) -> None:

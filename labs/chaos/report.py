@@ -17,6 +17,7 @@ from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected
 from labs.i18n import say
+from labs.learn import shown
 from labs.timings import CHAOS_WORKER, describe
 
 #: A run is conclusive about running work only when its strikes held at least this many
@@ -133,19 +134,30 @@ class ChaosReport:
                 and len(self.struck_tasks) >= MIN_DISTINCT_TASKS and self.leases_lost > 0)
 
     def verdict(self) -> str:
-        """One line: "conclusive" or "inconclusive", with why."""
-        figures = (f"{self.struck} fault(s) struck a RUNNING task, "
-                   f"{len(self.struck_tasks)} different task(s), {self.stalls} stall(s), "
-                   f"{self.leases_lost} lease(s) lost, {self.d6_recoveries} D6 recovery(ies)")
+        """One line: "conclusive" or "inconclusive", with why, in the edition's words (the
+        word before the first ":" is the verdict)."""
+        figures = say("chaos.verdict.figures", "{struck} fault(s) struck a RUNNING task, "
+                      "{tasks} different task(s), {stalls} stall(s), {lost} lease(s) lost, "
+                      "{d6} D6 recovery(ies)", struck=self.struck, tasks=len(self.struck_tasks),
+                      stalls=self.stalls, lost=self.leases_lost, d6=self.d6_recoveries)
         if self.conclusive:
-            return f"conclusive: every kind scheduled struck a RUNNING task; {figures}"
-        why = [f"{k} struck no RUNNING task" for k in self.kinds_not_struck]
+            return say("chaos.verdict.conclusive", "conclusive: every kind scheduled struck a "
+                       "RUNNING task; {figures}", figures=figures)
+        why = [say("chaos.verdict.kind-missed", "{kind} struck no RUNNING task", kind=k)
+               for k in self.kinds_not_struck]
         if len(self.struck_tasks) < MIN_DISTINCT_TASKS:
-            why.append(f"{len(self.struck_tasks)} different task(s) struck, fewer than "
-                       f"{MIN_DISTINCT_TASKS}")
-        why += [] if self.leases_lost else ["no lease was lost"]
-        why += [] if self.schedule else ["nothing was scheduled"]
-        return f"inconclusive ({'; '.join(why)}): {figures}"
+            why.append(say("chaos.verdict.few-tasks", "{count} different task(s) struck, "
+                           "fewer than {least}", count=len(self.struck_tasks),
+                           least=MIN_DISTINCT_TASKS))
+        if not self.leases_lost:
+            why.append(say("chaos.verdict.no-lease-lost", "no lease was lost"))
+        if not self.schedule:
+            why.append(say("chaos.verdict.nothing-scheduled", "nothing was scheduled"))
+        said = why[0]
+        for more in why[1:]:
+            said = say("chaos.verdict.and", "{reasons}; {reason}", reasons=said, reason=more)
+        return say("chaos.verdict.inconclusive", "inconclusive ({why}): {figures}", why=said,
+                   figures=figures)
 
     def fault_rows(self) -> list[dict[str, Any]]:
         """One row per scheduled fault: when it was due and when it struck, whom, the
@@ -182,10 +194,13 @@ class ChaosReport:
         return invariant_rows(self.violations)
 
     def invariant_table(self) -> Any:
-        """`invariant_rows()` as a pandas DataFrame (for a notebook)."""
+        """`invariant_rows()` as a pandas DataFrame (for a notebook), each invariant by its
+        name in the edition's words (`labs.learn.shown`: a prediction asks for one, and
+        takes it in either language)."""
         import pandas as pd
 
-        return pd.DataFrame(self.invariant_rows()).set_index("invariant")
+        rows = [{**row, "invariant": shown(row["invariant"])} for row in self.invariant_rows()]
+        return pd.DataFrame(rows).set_index("invariant")
 
 
 def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[FaultEvent],
@@ -239,8 +254,11 @@ def print_summary(report: ChaosReport, out: Callable[[str], None]) -> None:
                 "counted as violations):"))
         for n in report.findings:
             out(f"    {n}")
-    kept = report.log_dir or "removed (nothing to read in them; --keep-logs keeps them)"
-    out(f"  worker logs: {kept}")
+    if report.log_dir is not None:
+        out(say("chaos.report.logs-kept", "  worker logs: {folder}", folder=report.log_dir))
+    else:
+        out(say("chaos.report.logs-removed", "  worker logs: removed (nothing to read in "
+                "them; --keep-logs keeps them)"))
     out(say("chaos.report.violations", "  violations: {count}",
             count=len(report.violations)))
     for v in report.violations[:30]:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import select
 
 from devkit.services import ServiceError
-from labs.chaos import worker_logs
+from labs.chaos import settle, window, worker_logs
 from labs.chaos.checker import check_invariants, ledger_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.driver import Driver
@@ -28,6 +28,7 @@ from labs.chaos.plan import DEMOTED, Spec, make_plan
 from labs.chaos.report import ChaosReport, print_header, print_summary
 from labs.chaos.schedule import FaultEvent, make_schedule
 from labs.chaos.workload import Expected, prepare
+from labs.i18n import listing, say
 from labs.private_redis import PrivateRedis, PrivateRedisError
 from labs.procs import stop_all, wait_heartbeats
 from teamdesk.config import Settings
@@ -71,21 +72,22 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
         upfront = max(1, int(len(plan) * config.upfront))
         report.expected = expected = Expected()
         await prepare(driver.sessions, plan, upfront, expected, config.export_tickets)
-        out(f"  created {len(expected.tasks)} task(s) up front (incl. every export of the "
-            f"demoted agent {DEMOTED!r}); {DEMOTED!r} demoted to customer")
+        out(say("chaos.run.upfront", "  created {count} task(s) up front (incl. every export "
+                "of the demoted agent {agent!r}); {agent!r} demoted to customer",
+                count=len(expected.tasks), agent=DEMOTED))
         await driver.add_workers(log_dir, means.proxy_cls)
         for w in driver.procs:
             w.start()
         await wait_heartbeats(means.settings, driver.procs)
         driver.schedule = schedule
         driver.open_window()
-        out(f"  {config.workers} worker process(es) up; fault window of "
-            f"{config.duration:g} s opens")
+        out(say("chaos.run.window-opens", "  {workers} worker process(es) up; fault window "
+                "of {duration:g} s opens", workers=config.workers, duration=config.duration))
         await _window_and_settle(driver, schedule, plan, upfront, expected)
         if not report.settled:
             report.notes.extend(await _stuck(driver))
-        await driver.all_started(30.0)
-        await driver.final_stop()
+        await settle.all_started(driver, 30.0)
+        await settle.final_stop(driver)
 
         report.history = read_history(log_dir / "inflight")
         report.rows = await ledger_rows(driver.sessions)
@@ -93,7 +95,8 @@ async def run_chaos(settings: Settings, config: ChaosConfig, *,
             driver.sessions, expected, report.completed_seen, report.history)
         report.violations.extend(violations)
         if not report.settled:
-            report.violate(f"the system did not settle within {config.settle:g} s")
+            report.violate(say("chaos.run.not-settled", "the system did not settle within "
+                               "{settle:g} s", settle=config.settle))
         report.notes.extend(_log_notes(driver))
         report.notes.extend(await _outage_notes(driver))
         # The workers' logs are kept when there is something to read in them.
@@ -125,8 +128,8 @@ async def _means(stack: contextlib.AsyncExitStack, settings: Settings, config: C
         means.proxy_cls, why = await working_proxy(settings)
         if why:
             means.kinds = tuple(k for k in means.kinds if k != "cut")
-            means.notes.append(f"no proxy cuts: {why}; Redis restarts and process faults "
-                               "only")
+            means.notes.append(say("chaos.run.no-cuts", "no proxy cuts: {why}; Redis "
+                                   "restarts and process faults only", why=why))
     if "redis" in means.kinds and redis is None:
         try:
             own = await asyncio.to_thread(PrivateRedis().start)
@@ -135,14 +138,15 @@ async def _means(stack: contextlib.AsyncExitStack, settings: Settings, config: C
                 raise ChaosRefused(f"Redis restarts need a Redis of the run's own, which "
                                    f"could not start: {err}") from None
             means.kinds = tuple(k for k in means.kinds if k != "redis")
-            means.notes.append(f"no Redis restarts: {err}")
+            means.notes.append(say("chaos.run.no-restarts", "no Redis restarts: {err}",
+                                   err=err))
         else:
             stack.push_async_callback(asyncio.to_thread, own.remove)
             means.settings = settings.replace(redis_url=own.url)
             means.redis = private_restarter(own)
     if config.counterexample:
-        means.notes.append(f"COUNTEREXAMPLE switched on in these workers: "
-                           f"{config.counterexample}")
+        means.notes.append(say("chaos.run.counterexample", "COUNTEREXAMPLE switched on in "
+                               "these workers: {cx}", cx=config.counterexample))
     return means
 
 
@@ -151,23 +155,25 @@ async def _window_and_settle(driver: Driver, schedule: list[FaultEvent], plan: l
     """Strike the schedule while the waves of new tasks arrive, then restore and settle —
     with a supervisor and the snapshots of COMPLETED rows running throughout."""
     report, stop = driver.report, asyncio.Event()
-    background = [asyncio.create_task(driver.snapshots(stop)),
-                  asyncio.create_task(driver.supervise(stop))]
+    background = [asyncio.create_task(window.snapshots(driver, stop)),
+                  asyncio.create_task(window.supervise(driver, stop))]
     try:
         results = await asyncio.gather(*(driver.fault(ev) for ev in schedule),
-                                       driver.waves(plan, upfront, expected),
+                                       window.waves(driver, plan, upfront, expected),
                                        return_exceptions=True)
         for ev, res in zip([*schedule, None], results, strict=True):
             if isinstance(res, BaseException):
-                report.violate(f"the run itself failed at {ev}: {res!r}")
-        await driver.snapshot()
-        driver.out(f"  fault window over at +{driver.now():.2f} s; settling (at most "
-                   f"{driver.config.settle:g} s)")
-        await driver.restore()
-        report.settled, report.settle_s = await driver.settle(len(expected.tasks))
+                report.violate(say("chaos.run.failed", "the run itself failed at {ev}: "
+                                   "{error!r}", ev=ev, error=res))
+        await window.snapshot(driver)
+        driver.out(say("chaos.run.window-over", "  fault window over at +{at:.2f} s; "
+                       "settling (at most {settle:g} s)", at=driver.now(),
+                       settle=driver.config.settle))
+        await settle.restore(driver)
+        report.settled, report.settle_s = await settle.settle(driver, len(expected.tasks))
         stop.set()
         await asyncio.gather(*background)
-        await driver.snapshot()
+        await window.snapshot(driver)
     finally:
         stop.set()
         for task in background:
@@ -206,10 +212,13 @@ async def _stuck(driver: Driver) -> list[str]:
                     [TaskStatus.WAITING, TaskStatus.RUNNING])).limit(10))).all()
         states = await job_states(queue, [task_job_id(r[0], r[1]) for r in rows])
         for r, state in zip(rows, states, strict=True):
-            lines.append(f"open task {r[0]}: {r[2].value} lease={(r[3] or '-')[:8]} "
-                         f"dispatched_at={r[4]} updated_at={r[5]} queue={state or 'no job'}")
+            lines.append(say("chaos.run.open-task", "open task {task}: {status} lease={lease} "
+                             "dispatched_at={dispatched} updated_at={updated} queue={state}",
+                             task=r[0], status=r[2].value, lease=(r[3] or "-")[:8],
+                             dispatched=r[4], updated=r[5], state=state or "-"))
     except Exception as err:
-        lines.append(f"could not inspect the queue: {err!r}")
+        lines.append(say("chaos.run.no-queue", "could not inspect the queue: {error!r}",
+                         error=err))
     finally:
         with contextlib.suppress(Exception):
             await queue.close()
@@ -222,7 +231,7 @@ def _log_notes(driver: Driver) -> list[str]:
     report, logs = driver.report, driver.logs()
     lines = [line for text in logs.values() for line in worker_logs.parse(text)]
     counted = worker_logs.counts(lines)
-    notes = [f"{label}: {n}" for label, n in counted.items()]
+    notes = [f"{worker_logs.shown(label)}: {n}" for label, n in counted.items()]
     report.leases_lost = counted[worker_logs.LEASES_LOST]
     report.stalls = counted[worker_logs.STALLS]
     windows = [(driver.wall0 + start, driver.wall0 + end, lane)
@@ -230,16 +239,19 @@ def _log_notes(driver: Driver) -> list[str]:
     injected, own = worker_logs.classify_dispatch_faults(logs, windows, driver.wall0)
     report.dispatch_faults_injected = len(injected)
     report.dispatch_faults_own = own
-    notes.append(f"dispatch faults: {len(injected)} fault injected (the worker's Redis "
-                 f"stopped, cut or frozen), {len(own)} dispatcher fault(s) of our own")
-    report.findings.extend(f"dispatcher fault of our own (D8): {line[:200]}"
-                           for line in own[:10])
+    notes.append(say("chaos.run.dispatch-faults", "dispatch faults: {injected} fault "
+                     "injected (the worker's Redis stopped, cut or frozen), {own} dispatcher "
+                     "fault(s) of our own", injected=len(injected), own=len(own)))
+    report.findings.extend(say("chaos.run.own-fault", "dispatcher fault of our own (D8): "
+                               "{line}", line=line[:200]) for line in own[:10])
     sums = worker_logs.tick_sums(lines)
     report.d6_recoveries = sums["recovered_stale"]
-    notes.append(f"RUNNING rows recovered by D6: {sums['recovered_stale']}; jobs re-added "
-                 f"after a lost or completed record (D4): {sums['re_added']}; set FAILED "
-                 f"from the queue's word (D4): {sums['failed_from_queue']}")
-    notes.append(f"worker starts: {', '.join(f'{w.name}={w.starts}' for w in driver.procs)}")
+    notes.append(say("chaos.run.tick-sums", "RUNNING rows recovered by D6: {recovered}; jobs "
+                     "re-added after a lost or completed record (D4): {re_added}; set FAILED "
+                     "from the queue's word (D4): {failed}", recovered=sums["recovered_stale"],
+                     re_added=sums["re_added"], failed=sums["failed_from_queue"]))
+    notes.append(say("chaos.run.starts", "worker starts: {starts}",
+                     starts=listing(f"{w.name}={w.starts}" for w in driver.procs)))
     return notes
 
 
@@ -255,7 +267,13 @@ async def _outage_notes(driver: Driver) -> list[str]:
     for i, (start, end) in enumerate(driver.outages, 1):
         back = wall0 + timedelta(seconds=end)
         nxt = next((d for d in done if d > back), None)
-        after = f"{(nxt - back).total_seconds():.2f} s" if nxt else "never"
-        notes.append(f"Redis outage {i} (+{start:.2f} .. +{end:.2f} s): next completion "
-                     f"{after} after Redis was back")
+        if nxt is None:
+            notes.append(say("chaos.run.outage-never", "Redis outage {number} (+{start:.2f} .. "
+                             "+{end:.2f} s): no completion after Redis was back", number=i,
+                             start=start, end=end))
+        else:
+            notes.append(say("chaos.run.outage", "Redis outage {number} (+{start:.2f} .. "
+                             "+{end:.2f} s): next completion {seconds:.2f} s after Redis was "
+                             "back", number=i, start=start, end=end,
+                             seconds=(nxt - back).total_seconds()))
     return notes

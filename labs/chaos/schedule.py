@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from labs.chaos.kinds import FAULT_KINDS, KINDS, check_kinds
+from labs.chaos.kinds import FAULT_KINDS, KINDS, action_line, check_kinds
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,10 @@ class FaultEvent:
     hold: float
 
     def describe(self) -> str:
-        """The schedule's printed line for this fault."""
+        """The schedule's printed line for this fault (its action in the edition's words)."""
         who = (f"w{self.worker + 1}" if self.worker is not None else
                "any" if FAULT_KINDS[self.kind].target == "any" else "redis")
-        return (f"+{self.at:6.2f} s  {self.kind:7s} {who:5s} "
-                f"{FAULT_KINDS[self.kind].action} {self.hold:.2f} s")
+        return f"+{self.at:6.2f} s  {self.kind:7s} {who:5s} {action_line(self.kind, self.hold)}"
 
 
 def make_schedule(seed: int, workers: int, duration: float,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
+from labs.i18n import say
 from labs.timings import CHAOS_WORKER
 from teamdesk.tasks.dispatcher import DispatchReport
 
@@ -67,6 +68,28 @@ LOG_COUNTS: dict[str, tuple[str, ...]] = {
     "drain timeouts (exit 3)": ("worker.drain_timeout",),
     "duplicate deliveries skipped (P1)": ("task.skipped", "task.not_claimed"),
 }
+
+
+def shown(label: str) -> str:
+    """A label of `LOG_COUNTS` in the edition's words (the label itself is the key)."""
+    return {
+        LEASES_LOST: say("chaos.logs.leases-lost", "leases lost (P6: a newer executor owned "
+                         "the task)"),
+        "errors reported with the lease (P7)": say("chaos.logs.errors", "errors reported with "
+                                                   "the lease (P7)"),
+        STALLS: say("chaos.logs.stalls", "queue stalls detected"),
+        "jobs the queue gave up on (failed listener, exhausted)": say(
+            "chaos.logs.gave-up", "jobs the queue gave up on (failed listener, exhausted)"),
+        "dispatch ticks that failed (D8)": say("chaos.logs.ticks-failed", "dispatch ticks that "
+                                               "failed (D8)"),
+        "worker/Redis errors (worker.error)": say("chaos.logs.worker-errors", "worker/Redis "
+                                                  "errors (worker.error)"),
+        "drain timeouts (exit 3)": say("chaos.logs.drain-timeouts", "drain timeouts (exit 3)"),
+        "duplicate deliveries skipped (P1)": say("chaos.logs.skipped", "duplicate deliveries "
+                                                 "skipped (P1)"),
+    }.get(label, label)
+
+
 #: The dispatcher's tick report fields summed over the run (D4, D6); the names are
 #: `DispatchReport`'s own, so a renamed field fails here rather than counting 0.
 TICK_SUMS = ("recovered_stale", "re_added", "failed_from_queue")

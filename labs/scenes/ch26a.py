@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from labs import fonts
+from labs import fonts, learn
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.i18n import say
 from teamdesk.tasks.errors import RejectReason, TaskRejected
@@ -277,6 +277,8 @@ async def judge_kinds(choices: Any, *, lab: Lab, ctx: TaskContext) -> Verdict:
     lines, right, shown = [], 0, _situations_shown()
     outcomes: dict[str, tuple[str, str, int] | None] = {}
     for situation, choice in choices.items():
+        # "retry" or "reject", in either of the edition's languages (`learn.same`).
+        choice = next((c for c in CHOICES if learn.same(choice, c)), choice)
         if choice not in CHOICES:
             outcomes[situation] = None
             lines.append(say("ch26a.kind.unknown", "? {situation}: write \"retry\" or "

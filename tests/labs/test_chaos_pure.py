@@ -8,6 +8,7 @@ every kind scheduled struck a RUNNING task, on at least three different tasks.""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 
@@ -28,7 +29,7 @@ from labs.chaos import (
     run_chaos,
     worker_logs,
 )
-from labs.chaos.kinds import BREAKS_REDIS
+from labs.chaos.kinds import BREAKS_REDIS, action_line
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from teamdesk.config import Settings
@@ -270,3 +271,56 @@ def test_a_fault_that_never_struck_is_missed_in_the_fault_table():
         ("sigkill", 0.5, "T1", ""), ("sigstop", 1.5, "", "missed"), ("cut", 2.5, "T3", "")]
     assert rows[1]["struck_s"] is None and rows[0]["target"] == "w1"
     assert "sigstop struck no RUNNING task" in report.verdict()
+
+
+def test_the_run_log_speaks_the_editions_language(monkeypatch):
+    """The chaos narration (schedule, verdict, invariant names, log counts) is Chinese in
+    the Chinese edition; the English stays as it was; identifiers stay English: the kinds,
+    the invariant rows the notebook compares, "VIOLATION"."""
+    schedule = make_schedule(11, 3, 12.0)
+    english = [e.describe() for e in schedule]
+    for name, kind in FAULT_KINDS.items():  # the action is declared once, said twice
+        assert action_line(name, 0.5) == f"{kind.action} 0.50 s", name
+    assert all(worker_logs.shown(label) == label for label in worker_logs.LOG_COUNTS)
+    report = _report(("sigkill", "T1"), ("sigstop", "T2"), ("cut", "T3"))
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    chinese = [e.describe() for e in schedule]
+    assert chinese[0] == "+  0.50 s  sigterm w3    SIGTERM，0.85 秒后重启" != english[0]
+    assert report.verdict().startswith("足以下结论（conclusive）: ")
+    assert "没有失去任何租约" in _report(("sigkill", "T1"), leases_lost=0).verdict()
+    table = report.invariant_table()
+    assert "没有结果写在更新的租约之上" in table.index
+    assert "no result written over a newer lease" in [r["invariant"]
+                                                      for r in report.invariant_rows()]
+    assert all(not worker_logs.shown(label).isascii() for label in worker_logs.LOG_COUNTS)
+
+
+#: A call that prints or records a line of the run, by the place of its text, which must
+#: come from `say`.
+_SPEAKS = {"out": 0, "note": 0, "violate": 0, "append": 0, "extend": 0, "Violation": 2,
+           "bad": 1}
+
+
+def test_the_run_log_is_said_not_written_in_english():
+    """Every line `labs.chaos` prints or records for the learner (`out`, `note`, a note,
+    finding or the checker's violation) goes through `labs.i18n.say`: an f-string or a literal with
+    English words in such a call is a line the Chinese edition would show in English.
+    Only layout is written directly (an indent, a time stamp, the `VIOLATION` tag)."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "labs" / "chaos"
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = getattr(node, "func", None)
+            name = getattr(name, "attr", getattr(name, "id", None))
+            if not isinstance(node, ast.Call) or len(node.args) <= _SPEAKS.get(name, 99):
+                continue
+            arg = node.args[_SPEAKS[name]]
+            words = (arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                     else "".join(v.value for v in arg.values if isinstance(v, ast.Constant))
+                     if isinstance(arg, ast.JoinedStr) else "")
+            if re.search(r"[A-Za-z]{3,}", words.replace("VIOLATION", "")):
+                found.append(f"{path.name}:{node.lineno}: {words.strip()[:60]!r}")
+    assert not found, "say it through labs.i18n.say:\n" + "\n".join(found)

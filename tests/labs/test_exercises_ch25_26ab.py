@@ -122,3 +122,19 @@ def test_26a_attempt_times_measure_the_wait_from_each_failure_to_the_next_start(
     assert [r["waited"] for r in rows] == [None, 2.0, 4.0]
     assert [r["started"] for r in rows] == [0.0, 2.1, 6.2]
     assert ch26a.plot_attempts(rows, title="t").axes  # it draws
+
+
+async def test_the_kinds_exercise_takes_its_choices_in_chinese_in_the_chinese_edition(
+        service_settings, monkeypatch):
+    """26a's Exercise E in the Chinese edition: "重试" / "拒绝" are "retry" / "reject"
+    (`labs.learn.same`), judged through the real processor like the English."""
+    from labs.exercises import check
+    from labs.scenes import ch26a
+    from tests.labs.test_exercise_registry import EXERCISES, _context
+
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    chinese = {situation: "拒绝" if stays else "重试"
+               for situation, (stays, _) in ch26a.SITUATIONS.items()}
+    async with _context(EXERCISES["26a.kinds"], service_settings) as context:
+        verdict = await check("26a.kinds", chinese, **context)
+    assert verdict.ok, str(verdict)

@@ -65,6 +65,45 @@ def test_step_cells_are_rewritten_once_done():
         stage._LAST = None
 
 
+def test_a_step_is_shown_by_its_title_in_the_editions_language(monkeypatch, capsys):
+    """The step's name is its identifier in both editions; what the stage prints shows its
+    title: the name in English, the catalogue's Chinese in the Chinese edition (a step the
+    catalogue lacks, one a learner wrote, as written). `go_to` takes either."""
+
+    class FakeLab:
+        name, closed, step_began = "fake", False, 0.0
+
+    s = stage.attach(FakeLab())
+    try:
+        stage.begin("A claims E1 and freezes")
+        stage._post_run_cell(type("R", (), {"success": True})())
+        monkeypatch.setenv("TEAMDESK_LANG", "zh")
+        asyncio.run(s.replay("A claims E1 and freezes"))
+        zh = capsys.readouterr().out
+        assert "A 以 E1 认领，然后停住" in zh and "claims" not in zh
+        assert stage.title("my own step") == "my own step"
+        names = ["A claims E1 and freezes", "B takes over with E2"]
+        assert stage.identifier("B 以 E2 接手", names) == "B takes over with E2"
+        assert stage.identifier(" b takes over  with E2", names) == "B takes over with E2"
+        assert stage.identifier("nowhere", names) == "nowhere"  # the rewind refuses it
+        monkeypatch.setenv("TEAMDESK_LANG", "en")
+        asyncio.run(s.replay("A claims E1 and freezes"))
+        assert "↻ already done: A claims E1 and freezes (step 1" in capsys.readouterr().out
+    finally:
+        stage.detach(s)
+        stage._LAST = None
+
+
+def test_every_step_of_the_notebooks_is_a_message_of_the_harness():
+    """`stage.messages()` finds each `# step:` of the notebooks, so the catalogue test
+    (tests/unit/test_harness_catalogue.py) fails on a step without its Chinese title."""
+    found = stage.messages()
+    names = {c.en for c in found}
+    assert {"A claims E1 and freezes", "Ben requests an export", "w1 starts and beats"} <= names
+    assert len(names) > 100
+    assert all(c.key == stage.step_key(c.en) and c.file.suffix == ".ipynb" for c in found)
+
+
 # ---------------------------------------------------------------- gates and waits
 
 

@@ -135,9 +135,45 @@ def test_draft_keeps_fresh_translations_and_marks_the_rest(tmp_path):
      'learn.check(a, lambda n: n == k or "数量不对", holds=X_HOLDS)', True),
     ('await lab.request_export({"status": ["CLOSED"]})',
      'await lab.request_export({"status": ["已关闭"]})', False),
-    ('print("the ledger row")', 'print("账本那一行")', False),
-    ('learn.reveal(g, n, why="x")', 'learn.reveal(g, m, why="x")', False)])
-def test_a_translation_may_change_messages_and_comments_only(english, chinese, same):
-    """Messages to the learner (why=, holds=, *_HOLDS, a check's reason) are prose; every
-    other string is code — a filter value, a printed line — and must stay as it is."""
+    ('learn.reveal(g, n, why="x")', 'learn.reveal(g, m, why="x")', False),
+    # Printed labels are text: their words may change, their fields (code) may not.
+    ('print("the ledger row")', 'print("账本那一行")', True),
+    ('print("rows:", n, "| jobs:", j)', 'print("行数：", n, "| job 数：", j)', True),
+    ('print(f"{n} of {total} rows")', 'print(f"共 {total} 行中的 {n} 行")', True),
+    ('print(f"rows: {n}")', 'print(f"行：{m}")', False),
+    ('print(f"rows: {n + 1}")', 'print(f"行：{n + 2}")', False),
+    ('print(f"{t:.2f} s")', 'print(f"{t:.1f} 秒")', False),
+    ('print("rows:", 3)', 'print("行：", 4)', False),
+    ('print("rows:", n)', 'print("行：", m)', False),
+    ('print("a", sep=" | ")', 'print("甲", sep="｜")', False),
+    ('show("the ledger row")', 'show("账本那一行")', False)])
+def test_a_translation_may_change_messages_comments_and_printed_labels_only(english, chinese,
+                                                                            same):
+    """Messages to the learner (why=, holds=, *_HOLDS, a check's reason) and the labels a
+    cell prints are prose; every other string is code — a filter value, a separator, an
+    argument of any other call — and every identifier, number and `{field}` (with its
+    format) must stay as it is."""
     assert (editions.code_skeleton(english) == editions.code_skeleton(chinese)) is same
+
+
+LABELLED_NB = {**SOURCE_NB, "cells": [
+    {"id": "p1", "cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
+     "source": ["print(f\"rows: {n}\")"]}]}
+
+
+def test_a_cell_with_printed_labels_only_may_be_translated_and_need_not_be(tmp_path):
+    """A cell whose only text is what it prints needs no block; a block given is used
+    (when it keeps the code), and `draft` keeps it for the translator."""
+    fp = editions.fingerprint('print(f"rows: {n}")')
+    assert not editions.build(LABELLED_NB, {}).problems
+    given = editions.parse_catalogue(f'<!-- cell p1 en {fp} -->\nprint(f"行数：{{n}}")\n')
+    built = editions.build(LABELLED_NB, given)
+    assert not built.problems and built.notebook["cells"][0]["source"] == ['print(f"行数：{n}")']
+    wrong = editions.parse_catalogue(f'<!-- cell p1 en {fp} -->\nprint(f"行数：{{m}}")\n')
+    assert editions.build(LABELLED_NB, wrong).problems == ["translation changes the code: p1"]
+    (tmp_path / "notebooks" / "i18n" / "zh").mkdir(parents=True)
+    (tmp_path / "notebooks" / "x.ipynb").write_text(json.dumps(LABELLED_NB), encoding="utf-8")
+    cat = tmp_path / "notebooks" / "i18n" / "zh" / "x.md"
+    cat.write_text(f'<!-- cell p1 en {fp} -->\nprint(f"行数：{{n}}")\n', encoding="utf-8")
+    kept = editions.parse_catalogue(editions.draft(tmp_path, "x").read_text("utf-8"))
+    assert kept["p1"].text == 'print(f"行数：{n}")' and not kept["p1"].todo

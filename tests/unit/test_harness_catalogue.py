@@ -5,8 +5,9 @@ way the notebooks' editions are (test_editions.py): every message translated fro
 English as it is now, with the same fields; no translation left without its message; and
 no Chinese anywhere else in `labs/`.
 
-The messages are found by reading the source (`devkit.i18n.calls`), plus the diagnosis
-cases' words, whose keys are made from the case's name (`labs.cases.messages()`).
+The messages are found by reading the source (`devkit.i18n.calls`), plus those whose keys
+the harness makes (`labs.messages.made()`): the diagnosis cases' words, the notebooks' step
+titles and the answers given in words.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ def _dynamic(call: Call) -> bool:
 def messages(package: str) -> list[Call]:
     """Every message `package` says: its literal calls (any other fails
     `test_every_say_has_a_literal_key_and_english_and_named_fields`), and for the harness
-    the cases'."""
+    those whose keys it makes (`labs.messages.made()`)."""
     found = [c for c in i18n.calls(ROOT / package) if c.key is not None and c.en is not None]
     if package == "labs":
-        from labs import cases
+        from labs.messages import made
 
-        found += cases.messages()
+        found += made()
     return found
 
 
