@@ -213,10 +213,27 @@ def gather_kernel(cwd: Path, kernel_name: str = "python3",
                   timeout: float = KERNEL_TIMEOUT_S) -> tuple[float, float]:
     """Start a kernel as the lab would, import the harness in it; (seconds to a working
     kernel, its private memory in MB). Raises what went wrong."""
+    import tempfile
+
     from jupyter_client.manager import start_new_kernel
 
     started = time.monotonic()
-    km, kc = start_new_kernel(kernel_name=kernel_name, startup_timeout=timeout, cwd=str(cwd))
+    # The kernel's own stderr (a transport warning, or why it died) is kept, not shown
+    # amid the checklist: its last line joins the error when the kernel does not start.
+    with tempfile.TemporaryFile("w+") as stderr:
+        try:
+            km, kc = start_new_kernel(kernel_name=kernel_name, startup_timeout=timeout,
+                                      cwd=str(cwd), stderr=stderr)
+        except Exception as err:
+            stderr.seek(0)
+            last = [line for line in stderr.read().splitlines() if line.strip()][-1:]
+            if last:
+                raise RuntimeError(f"{err} — {last[0]}") from err
+            raise
+        return _import_harness(km, kc, started, timeout)
+
+
+def _import_harness(km: Any, kc: Any, started: float, timeout: float) -> tuple[float, float]:
     try:
         errors: list[str] = []
 
@@ -350,11 +367,11 @@ def race_check(measured: tuple[float, str] | BaseException | None) -> Check:
 def memory_check(learners: int, available_mb: float, kernel_mb: float | None) -> Check:
     per = (kernel_mb or 0) + PG_MB_PER_LEARNER + REDIS_MB_PER_LEARNER
     need = per * learners
-    how = (f"each a kernel of {kernel_mb:.0f} MB (measured above) and "
-           if kernel_mb is not None else "each (kernel not measured) ")
+    kernel = (f"a kernel of {kernel_mb:.0f} MB as measured above"
+              if kernel_mb is not None else "a kernel, not measured,")
     detail = (f"{available_mb / 1024:.1f} GB available; {learners} learner(s) need "
-              f"{need / 1024:.1f} GB ({how}{PG_MB_PER_LEARNER + REDIS_MB_PER_LEARNER} MB of "
-              "server memory, as on a hub)")
+              f"{need / 1024:.1f} GB: each {kernel} and "
+              f"{PG_MB_PER_LEARNER + REDIS_MB_PER_LEARNER} MB of server memory (as on a hub)")
     if available_mb < need:
         return Check("memory", False, detail, "close other programs, or plan fewer learners "
                      "per machine (docs/classroom.md)")
@@ -414,7 +431,7 @@ def run(resolve: Callable[[], Settings], *, learners: int = 1, lang: str = "en",
     step("the lab's port")
     done(port_check(port))
     if servers_ok:
-        step("the takeover race, once (about 10 s)")
+        step("the takeover race, once (a few seconds)")
     done(race_check(_attempt(lambda: gather_race(settings)) if servers_ok else None))
     kernel_mb = measured[1] if isinstance(measured, tuple) else None
     done(memory_check(learners, psutil.virtual_memory().available / 2**20, kernel_mb))

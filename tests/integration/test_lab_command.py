@@ -200,8 +200,8 @@ def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     status, _, body = _get(base, token, "/lab/api/translations/zh_CN")
     pack = json.loads(body)
     assert status == 200 and pack["message"] == "", pack["message"]
-    words = pack["data"]["jupyterlab"]
-    assert words["File"] == ["文件"] and words["Edit"] == ["编辑"]
+    words = pack["data"]["jupyterlab"]  # gettext keys: context, U+0004, the English
+    assert words["menu\x04File"] == ["文件"] and words["menu\x04Edit"] == ["编辑"]
 
 
 def _put(base: str, token: str, path: str, model: dict) -> int:

@@ -147,6 +147,22 @@ def test_no_solution_appears_and_the_presenter_speaks_in_the_notes(deck_26b):
         assert said.startswith("Presenter:") and _flat(note).startswith(said[:30]), (said, note)
 
 
+def test_a_solution_is_left_out_by_its_tag_whatever_its_slide_type(tmp_path):
+    """The kit marks solutions `skip`, but a solution that lost that metadata (or a new one
+    not yet given it) still stays off the slides: the tag decides."""
+    nb = json.loads((ROOT / "notebooks" / "26c-reminder-commit-gate.ipynb").read_text())
+    solutions = [c for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])]
+    for cell in solutions:
+        cell["metadata"].pop("slideshow", None)
+    path = tmp_path / "notebooks" / "26c-reminder-commit-gate.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(nb))
+    text = _flat("".join(_read(slides.build(tmp_path, path, tmp_path / "out").html).text))
+    assert len(solutions) == 2
+    for cell in solutions:
+        assert _flat("".join(cell["source"]).splitlines()[0]) not in text
+
+
 def test_the_deck_works_offline(deck_26b):
     """Nothing is fetched from outside the file: reveal.js is inlined, no CDN remains."""
     html = deck_26b.html.read_text(encoding="utf-8")
