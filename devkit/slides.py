@@ -7,7 +7,8 @@ nbconvert's slides exporter and its reveal.js template for the cells:
 
 - a `slide` / `subslide` cell opens a slide / a slide below it, a `fragment` appears on
   the next key press, `skip` is left out (the assert-only checkpoints);
-- the presenter's cells (`slide_type: notes`) become speaker notes (key **S**);
+- the presenter's cells (`slide_type: notes`) become speaker notes (key **S**), shown with
+  the page they introduce (`notes_with_their_page`);
 - solutions (cells tagged `solution`) are left out whatever their slide type;
 - the outputs are the stored run's: the finished race, shown as it ran in CI; the scene
   after each `predict` cell appears on the next key press (`hold_answers`), so the
@@ -84,6 +85,23 @@ def _slide_type(cell: dict[str, Any]) -> str:
 def shown_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The cells a deck is made of: all but the solutions."""
     return [c for c in cells if SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])]
+
+
+def notes_with_their_page(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The presenter's notes right before a cell that opens a page (a `slide` or
+    `subslide`) moved to just after it: a note is written before what it introduces (the
+    question it asks, the section it frames), and reveal.js shows a note with the page
+    that holds it."""
+    out: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for cell in cells:
+        if _slide_type(cell) == "notes":
+            waiting.append(cell)
+            continue
+        out.extend([cell, *waiting] if _slide_type(cell) in ("slide", "subslide")
+                   else [*waiting, cell])
+        waiting = []
+    return out + waiting
 
 
 def hold_answers(cells: list[dict[str, Any]]) -> int:
@@ -231,7 +249,7 @@ def build(project: Path, notebook: Path, out_dir: Path | None = None) -> Deck:
     from nbconvert import SlidesExporter
 
     nb = nbformat.read(notebook, as_version=4)
-    nb.cells = shown_cells(nb.cells)
+    nb.cells = notes_with_their_page(shown_cells(nb.cells))
     hold_answers(nb.cells)
     lang = "zh" if notebook.parent.name == "zh" else "en"
     title = str(nb.cells[0].source).splitlines()[0].lstrip("# ").strip() if nb.cells else ""

@@ -28,15 +28,20 @@ class _Deck(HTMLParser):
         self.sections = [0, 0]  # slides across, pages (sections inside them)
         self.in_notes = 0
         self.notes: list[str] = []
+        self.note_pages: list[int] = []  # the page each note is shown with
         self.text: list[str] = []
+        self.pages: list[str] = [""]  # each page's text (notes included), from page 1
 
     def handle_starttag(self, tag, attrs):
         if tag == "section":
             self.depth += 1
             self.sections[min(self.depth, 2) - 1] += 1
+            if self.depth == 2:
+                self.pages.append("")
         if tag == "aside" and ("class", "notes") in attrs:
             self.in_notes += 1
             self.notes.append("")
+            self.note_pages.append(len(self.pages) - 1)
 
     def handle_endtag(self, tag):
         if tag == "section":
@@ -48,6 +53,7 @@ class _Deck(HTMLParser):
         if self.in_notes:
             self.notes[-1] += data
         self.text.append(data)
+        self.pages[-1] += data
 
 
 def _read(html: Path) -> _Deck:
@@ -145,6 +151,23 @@ def test_no_solution_appears_and_the_presenter_speaks_in_the_notes(deck_26b):
     for cell, note in zip(presenter, deck.notes, strict=True):
         said = _flat(re.sub(r"[*`_\[\]]", "", "".join(cell["source"])))
         assert said.startswith("Presenter:") and _flat(note).startswith(said[:30]), (said, note)
+
+
+def test_a_note_shows_with_the_page_it_introduces(deck_26b):
+    """A presenter cell written right before a heading or a prediction speaks about that
+    page: its speaker note is shown with it, not with the page before."""
+    cells = _cells("26b")
+    deck = _read(deck_26b.html)
+    presenter = [c for c in cells if "presenter" in c["metadata"].get("tags", [])]
+    introduced = 0
+    for cell, page in zip(presenter, deck.note_pages, strict=True):
+        after = next(c for c in cells[cells.index(cell) + 1:] if _kind(c) != "notes")
+        if _kind(after) not in ("slide", "subslide"):
+            continue
+        first = _flat("".join(after["source"]).splitlines()[0].lstrip("#"))
+        assert _flat(re.sub(r"[*`]", "", first))[:12] in _flat(deck.pages[page]), first
+        introduced += 1
+    assert introduced >= 10
 
 
 def test_a_solution_is_left_out_by_its_tag_whatever_its_slide_type(tmp_path):
