@@ -136,16 +136,13 @@ def _where(url: str) -> str:
 def gather_postgres(url: str) -> PgInfo:
     import psycopg
 
+    from labs.statements import LAB_QUERIES
+
     conninfo = url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(conninfo, connect_timeout=5) as conn:
-        row = conn.execute(
-            "SELECT current_setting('server_version'), "
-            "current_setting('server_version_num')::int, "
-            "current_setting('max_connections')::int, "
-            "current_setting('superuser_reserved_connections')::int, "
-            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
-        ).fetchone()
-    assert row is not None
+        row = conn.execute(LAB_QUERIES["server_room"]).fetchone()
+    if row is None:
+        raise RuntimeError("the server did not say its settings")
     return PgInfo(row[0].split()[0], row[1], row[2], row[3], row[4], _where(url))
 
 
