@@ -4,16 +4,19 @@
     teamdesk db upgrade                 migrate the database to the latest schema
     teamdesk seed                       demo team, members, tickets (deterministic)
     teamdesk lab                        services + schema + demo data, then JupyterLab
+    teamdesk copies [--lang] [--fresh]  your own copies of the notebooks, no JupyterLab
     teamdesk tasks                      the task ledger as a table
     teamdesk worker                     the worker process: task worker + dispatch tick
     teamdesk rules [ID ...] [--lang]    the contract's rules: code, tests, notebooks
+    teamdesk slides [NOTEBOOK ...]      a notebook's slides, offline, from its stored run
     teamdesk classroom add|remove|cleanup|list   learners on shared class servers
 
 The product's own commands (`db`, `seed`, `tasks`, `worker`) are `teamdesk.cli`'s; this
-module adds the dev environment's (`services`, `lab`, `rules`, `editions`, `classroom`) and
-gives every command the embedded default: with `DATABASE_URL`/`REDIS_URL` unset, the servers are
-started (or reused) and kept alive while the command runs. The `teamdesk` console script
-is composed one room up, where the lab's commands are visible too (`labs.command`: `demo`).
+module adds the dev environment's (`services`, `lab`, `copies`, `rules`, `editions`,
+`slides`, `classroom`) and gives every command the embedded default: with `DATABASE_URL`/`REDIS_URL`
+unset, the servers are started (or reused) and kept alive while the command runs. The
+`teamdesk` console script is composed one room up, where the lab's commands are visible too
+(`labs.command`: `demo`, `preflight`).
 
 Errors a user can act on are printed as one line and exit 2; no stack traces.
 """
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from devkit import i18n, services
-from devkit.lab import add_lab
+from devkit.lab import add_copies, add_lab
 from teamdesk import cli as product
 from teamdesk.config import Settings
 from teamdesk.redaction import redact, redact_text
@@ -149,6 +152,47 @@ def add_editions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     e.set_defaults(func=cmd_editions)
 
 
+# ---------------------------------------------------------------- slides
+
+def cmd_slides(args: argparse.Namespace, resolve: product.SettingsResolver) -> int:
+    """`teamdesk slides [NAME ...]`: each notebook's slides from its stored run, one HTML
+    file that works offline (`devkit.slides`); no services needed."""
+    import time
+
+    from devkit import slides
+    from devkit.lab import project_dir
+
+    root = Path(args.root).resolve() if args.root else project_dir()
+    out = Path(args.out).resolve() if args.out else None
+    for notebook in slides.resolve(root, args.names, args.lang):
+        print(f"building {notebook.relative_to(root)} …", flush=True)
+        started = time.monotonic()
+        deck = slides.build(root, notebook, out)
+        where = deck.html.relative_to(root) if deck.html.is_relative_to(root) else deck.html
+        print(f"✓ {where}  {deck.slides} slides, {deck.pages} pages, {deck.notes} speaker "
+              f"notes (key S); {deck.html.stat().st_size / 1e6:.1f} MB, self-contained, "
+              f"{time.monotonic() - started:.1f} s")
+        if not deck.outputs:
+            print("  this edition stores no run: prose and code without outputs (the "
+                  "English deck, `--lang en`, shows the stored run)")
+    print("open a deck in any browser, offline too: arrows move, S opens the speaker "
+          "notes, F goes full screen")
+    return 0
+
+
+def add_slides(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("slides", help="slides of a notebook's stored run: one HTML file that "
+                       "works offline (the fallback when live servers fail)")
+    s.add_argument("names", nargs="*", metavar="NOTEBOOK",
+                   help="e.g. 26b (default: every notebook with slides: 26b, 26c, 26d)")
+    s.add_argument("--lang", choices=i18n.LANGS, default="en",
+                   help="the edition (default en, whose notebooks store the run; zh: prose "
+                        "and code of the 中文 edition, no outputs)")
+    s.add_argument("--out", help="folder for the decks (default build/slides/[zh/])")
+    s.add_argument("--root", help="project checkout (default: this package's)")
+    s.set_defaults(func=cmd_slides)
+
+
 # ---------------------------------------------------------------- classroom
 
 def _admin_urls(args: argparse.Namespace) -> tuple[str, str]:
@@ -234,8 +278,8 @@ def _names_for_add(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 #: The dev environment's commands with the product's, in the order `--help` lists them.
 COMMANDS: tuple[product.AddCommand, ...] = (
-    add_services, product.add_db, product.add_seed, add_lab, product.add_worker,
-    product.add_tasks, add_rules, add_editions, add_classroom)
+    add_services, product.add_db, product.add_seed, add_lab, add_copies, product.add_worker,
+    product.add_tasks, add_rules, add_editions, add_slides, add_classroom)
 
 
 def main(argv: Sequence[str] | None = None, *,

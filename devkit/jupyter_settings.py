@@ -10,10 +10,12 @@ server that has `devkit/jupyter/` on its `JUPYTER_CONFIG_PATH` (`use_lab_setting
 
 What they set: the repository's notebooks read-only (`devkit.contents`), the nbval harness
 files not listed, the learner's copy of 00 as the start page in the edition they read,
-and, on a hub, idle kernels shut down so their database connections go back to the class's
-server. What differs per invocation — port, address, root folder, browser, token — stays
-with whoever starts the server. The same folder holds JupyterLab's settings overrides
-(`labconfig/`: no "official Jupyter news?" prompt, no update check).
+JupyterLab's own menus in that edition's language (`use_edition_locale`), and, on a hub,
+idle kernels shut down so their database connections go back to the class's server. What
+differs per invocation — port, address, root folder, browser, token — stays with whoever
+starts the server. The same folder holds JupyterLab's settings overrides (`labconfig/`: no
+"official Jupyter news?" prompt, no update check), and one folder per edition holds the
+language override (`editions/zh/labconfig/`: 中文 menus from the zh-CN language pack).
 """
 
 from __future__ import annotations
@@ -105,6 +107,39 @@ def configure(c: Any, environ: Mapping[str, str] = os.environ) -> None:
         c.MappingKernelManager.cull_interval = min(KERNEL_CULL_INTERVAL_S, timeout)
         c.MappingKernelManager.cull_connected = True  # an open tab is not a learner
         c.MappingKernelManager.cull_busy = False  # a long chaos run is not idle
+
+
+#: JupyterLab's display language per edition: the `locale` of its
+#: `@jupyterlab/translation-extension:plugin` setting (the 中文 one needs the
+#: `jupyterlab-language-pack-zh-CN` package, in the `lab` extra). English is said outright,
+#: not left at JupyterLab's "default", which follows the server's system locale: a Chinese
+#: laptop's `--lang en` lab would otherwise show Chinese menus.
+JUPYTERLAB_LOCALES = {"en": "en", "zh": "zh_CN"}
+
+#: One Jupyter config folder per edition, holding only its `labconfig/` language override.
+EDITIONS_CONFIG_DIR = LAB_CONFIG_DIR / "editions"
+
+
+def edition_config_dir(lang: str) -> Path:
+    """The config folder whose `labconfig/default_setting_overrides.json` sets JupyterLab's
+    language to edition `lang`'s (`JUPYTERLAB_LOCALES`)."""
+    return EDITIONS_CONFIG_DIR / lang
+
+
+def use_edition_locale(environ: MutableMapping[str, str]) -> str:
+    """Put the lab's edition's language override (`edition_config_dir(lab_lang(environ))`)
+    first on `JUPYTER_CONFIG_PATH` (another edition's taken off), so JupyterLab's menus
+    speak the edition; returns the edition. The config file calls it in the server's own
+    process, before JupyterLab reads its settings overrides from the config path — which
+    happens once, when its handlers are set up. An override is a default: a language the
+    learner picks in *Settings → Language* (their user settings) still wins. Nothing is
+    written outside the project."""
+    lang = lab_lang(environ)
+    others = [p for p in environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep)
+              if p and Path(p).parent != EDITIONS_CONFIG_DIR]
+    environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        dict.fromkeys([str(edition_config_dir(lang)), *others]))
+    return lang
 
 
 def use_lab_settings(environ: MutableMapping[str, str]) -> None:

@@ -152,6 +152,38 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
         return 0
 
 
+def cmd_copies(args: argparse.Namespace, resolve: SettingsResolver) -> int:
+    """`teamdesk copies`: the learner's copies (`devkit.copies`), made or brought up to
+    date exactly as `teamdesk lab` does first, without starting any service or JupyterLab:
+    for a learner who works in VS Code or another Jupyter (where `notebooks/` must stay
+    untouched: the workspace marks it read-only, `.vscode/settings.json`)."""
+    root = Path(args.root).resolve() if args.root else project_dir()
+    if not (root / "notebooks").is_dir():
+        raise ValueError(f"{root} has no notebooks/ folder: give the lab's root with --root")
+    lang = args.lang or lab_lang(os.environ)
+    report = (copies.fresh_copies(root, args.fresh, lang) if args.fresh
+              else copies.ensure_copies(root, lang))
+    print(copies.describe(report, root, lang))
+    print(i18n.say("lab.copies.where", "work in {where}/ (yours to edit); notebooks/ holds a "
+                   "finished run and is CI's, read-only", lang=lang,
+                   where=copies.learner_dir(root, lang).relative_to(root)))
+    return 0
+
+
+def add_copies(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("copies", help="make your own copies of the notebooks (my-notebooks/) "
+                       "without starting JupyterLab")
+    c.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
+                   help="replace your copy of these notebooks (e.g. 26b, or all) with a "
+                        f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
+                        f"{copies.REPLACED_DIR}/")
+    c.add_argument("--lang", choices=i18n.LANGS,
+                   help="the edition: zh (中文, my-notebooks/zh/) or en; default "
+                        "$TEAMDESK_LANG, else from the system locale (zh* → zh)")
+    c.add_argument("--root", help="the lab's root, holding notebooks/ (default: this checkout)")
+    c.set_defaults(func=cmd_copies)
+
+
 def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab = sub.add_parser("lab", help="open the notebooks in JupyterLab")
     lab.add_argument("--port", type=PORT,

@@ -17,6 +17,7 @@ Pauses are probe gates, not sleeps.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from labs import tables
 from labs.lab import Lab
@@ -29,14 +30,14 @@ _COLUMNS = ["task_id", "run", "status", "progress", "execution", "job_id", "stat
             "job_progress"]
 
 
-async def _narrate(lab: Lab, pause: bool) -> int:
+async def _narrate(lab: Lab, pause: bool, emit: Callable[[str], object]) -> int:
     """The six steps of ch. 26 §4, each followed by the ledger-and-queue row."""
 
     async def step(n: int, text: str, task_id: str) -> None:
-        print(f"\n[{n}] {text}")
+        emit(f"\n[{n}] {text}")
         board = await tables.ledger_vs_queue(lab)
         row = board[board["task_id"] == task_id][_COLUMNS]
-        print("    " + tables.show(row).to_string(index=False).replace("\n", "\n    "))
+        emit("    " + tables.show(row).to_string(index=False).replace("\n", "\n    "))
         if pause:
             await asyncio.get_running_loop().run_in_executor(None, input, "    (Enter) ")
 
@@ -62,15 +63,17 @@ async def _narrate(lab: Lab, pause: bool) -> int:
     row = await lab.task(task.id)
     await step(6, f"B completes: {row.result_summary}", task.id)
     lines = row.result_csv.count("\n") - 1
-    print(f"\nverdict: A's write matched 0 rows; B's CSV saved ({lines} rows, "
-          f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
-          "result exists once (P12).")
+    emit(f"\nverdict: A's write matched 0 rows; B's CSV saved ({lines} rows, "
+        f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
+        "result exists once (P12).")
     return 0
 
 
-async def run_race_demo(settings: Settings, *, pause: bool = False) -> int:
+async def run_race_demo(settings: Settings, *, pause: bool = False,
+                        emit: Callable[[str], object] = print) -> int:
     """Run the narrated race once against the configured servers, in a lab world of its
-    own (gone afterwards); returns an exit code."""
+    own (gone afterwards); returns an exit code. `emit` gets the narration, line by line
+    (the terminal's by default; `teamdesk preflight` keeps it and shows only the time)."""
     async with Lab.open("demo", settings=settings.replace(backoff_delay_ms=100),
                         tickets=120) as lab:
-        return await _narrate(lab, pause)
+        return await _narrate(lab, pause, emit)

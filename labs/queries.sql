@@ -125,3 +125,13 @@ SELECT b.state AS blocker_state, left(b.query, 60) AS blocker_query,
   JOIN pg_stat_activity b ON b.pid = bp.pid
  WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'
    AND w.query ILIKE %(waiting_query)s;
+
+-- server_room --
+-- The server and its room for a class (`teamdesk preflight`): version, connection limit,
+-- the connections kept for superusers, and the client connections open now.
+SELECT current_setting('server_version') AS version,
+       current_setting('server_version_num')::int AS version_num,
+       current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE backend_type = 'client backend') AS in_use;

@@ -141,6 +141,17 @@ def lab_server(settings, tmp_path, request):
         assert code == 0, out.read_text()
 
 
+def _menu_language(base: str, token: str) -> str:
+    """The locale JupyterLab's front end loads its menus in: the translation setting's
+    value (the test's user settings are empty, so its default: the lab's override)."""
+    status, _, body = _get(base, token,
+                           "/lab/api/settings/@jupyterlab/translation-extension:plugin")
+    assert status == 200
+    setting = json.loads(body)
+    assert "locale" not in setting["settings"], "a user setting would hide the lab's default"
+    return setting["schema"]["properties"]["locale"]["default"]
+
+
 @pytest.mark.parametrize("lab_server", [{"env": {"LANG": "zh_CN.UTF-8"}}], indirect=True)
 def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     """What a learner's browser gets from `teamdesk lab` on a machine whose locale is
@@ -183,6 +194,15 @@ def test_lab_opens_start_here_without_news_prompt_or_harness_files(lab_server):
     assert props["fetchNews"]["default"] == "false"
     assert props["checkForUpdates"]["default"] is False
 
+    # The 中文 edition's JupyterLab speaks Chinese: its menus load zh_CN, which the
+    # installed language pack serves (the words of the File and Edit menus included).
+    assert _menu_language(base, token) == "zh_CN"
+    status, _, body = _get(base, token, "/lab/api/translations/zh_CN")
+    pack = json.loads(body)
+    assert status == 200 and pack["message"] == "", pack["message"]
+    words = pack["data"]["jupyterlab"]  # gettext keys: context, U+0004, the English
+    assert words["menu\x04File"] == ["文件"] and words["menu\x04Edit"] == ["编辑"]
+
 
 def _put(base: str, token: str, path: str, model: dict) -> int:
     request = urllib.request.Request(f"{base}{path}", data=json.dumps(model).encode(),
@@ -200,7 +220,7 @@ def _put(base: str, token: str, path: str, model: dict) -> int:
     {"env": {"LANG": "zh_CN.UTF-8"}, "args": ["--lang", "en"]}], indirect=True)
 def test_the_learner_works_in_own_copies_and_the_repository_is_read_only(lab_server):
     """What the lab serves a learner who asked for English (`--lang en` beats the Chinese
-    locale): their own copies in my-notebooks/ (made on first use
+    locale): English menus; their own copies in my-notebooks/ (made on first use
     in the checkout, never overwritten; no stored output, so no answer shows before its
     cell runs), writable; the repository's notebooks/ read-only, a save refused with a
     pointer to the learner's copy, the file unchanged."""
@@ -221,3 +241,7 @@ def test_the_learner_works_in_own_copies_and_the_repository_is_read_only(lab_ser
     assert _put(base, token, "/api/contents/notebooks/26b-takeover-race.ipynb",
                 {"type": "notebook", "format": "json", "content": mine["content"]}) == 403
     assert repo.read_bytes() == before
+
+    # English keeps English menus, said outright: the Chinese locale of this machine
+    # (LANG) would otherwise pick the installed 中文 language pack.
+    assert _menu_language(base, token) == "en"
