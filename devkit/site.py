@@ -20,7 +20,7 @@ template from the web at build time, so it cannot build on a machine without int
 kernel started in `notebooks/zh/`, which speaks 中文 as a 中文 learner's does
 (`devkit.i18n.lang`; TEAMDESK_LANG is left unset, as the product would note it in the
 first output as a setting it does not know). They run on embedded servers of the build's
-own (`.teamdesk-site0/`, `-site1/`: the notebooks stop and restart their servers, which
+own (`.teamdesk-site0/`, `-site1/`, …: the notebooks stop and restart their servers, which
 must never be an open lab's), `LANES` at a time, each lane on its own servers, longest
 first. A run is kept in `.site-build/zh-run/` under a key made of its notebook and the
 code it runs (`RUN_INPUTS`), so the next build reruns only what changed.
@@ -70,9 +70,9 @@ CONF = ROOT / "docs" / "site"
 NOTEBOOKS = ROOT / "notebooks"
 #: A cell that runs longer has hung (as nbval's bound in `tasklab.NBVAL_ARGS`).
 CELL_TIMEOUT_S = 120
-#: 中文 notebooks run at once, each on its own servers (the machine has two cores; the
-#: notebooks mostly wait on servers and workers).
-LANES = 2
+#: 中文 notebooks run at once, each on its own servers: they mostly wait on servers,
+#: worker processes and gates, so three keep two cores busy (as the suite's six workers).
+LANES = 3
 #: What a 中文 run depends on besides its notebook: a change here runs it again.
 RUN_INPUTS = ("teamdesk", "labs", "devkit", "constraints.txt")
 _THIS = Path(__file__).resolve()
