@@ -288,27 +288,33 @@ def _hold_servers(folder: Path) -> None:
             os.environ["TEAMDESK_DATA_DIR"] = saved
 
 
+def _zh_source(eds: dict[str, Edition], name: str) -> Path:
+    """A 中文 notebook; one not translated yet is run from its English text, the lab's own
+    words in 中文 all the same."""
+    path = eds["zh"].notebooks / f"{name}.ipynb"
+    return path if path.exists() else eds["en"].notebooks / f"{name}.ipynb"
+
+
 def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callable[[str], None],
-           executor: Callable[..., None] = execute,
-           hold: Callable[[Path], None] = _hold_servers) -> dict[str, nbformat.NotebookNode]:
-    """The 中文 notebooks `names`, run: kept runs where still current, the others run now,
-    `len(lanes)` at a time, each lane on the servers of its folder (`hold` starts them)."""
+           executor: Callable[..., None] = execute, hold: Callable[[Path], None] = _hold_servers,
+           only: Sequence[str] | None = None) -> dict[str, nbformat.NotebookNode]:
+    """The 中文 notebooks `names`, run: kept runs where still current, the others run now
+    (of those, only the ones in `only` when it is given), `len(lanes)` at a time, each lane
+    on the servers of its folder (`hold` starts them)."""
     eds = editions()
     inputs = run_inputs_digest()
     done: dict[str, nbformat.NotebookNode] = {}
     todo: list[tuple[str, Path, str]] = []
     for name in names:
-        source = eds["zh"].notebooks / f"{name}.ipynb"
-        if not source.exists():  # not translated yet: the English text, the lab in 中文
-            source = eds["en"].notebooks / f"{name}.ipynb"
+        source = _zh_source(eds, name)
         key = run_key(source, inputs)
         kept = kept_run(cache / f"{name}.ipynb", key)
         if kept is not None:
             done[name] = kept
-        else:
+        elif only is None or name in only:
             todo.append((name, source, key))
     if not todo:
-        say(f"中文 runs: all {len(done)} kept from the last build")
+        say(f"中文 runs: {len(done)} kept from the last build, none to run")
         return done
     say(f"中文 runs: {len(todo)} to run ({len(done)} kept), {min(len(lanes), len(todo))} at a "
         "time on embedded servers of the build's own")
@@ -450,9 +456,10 @@ class Built:
 
 def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
           lanes: Sequence[Path] | None = None, say: Callable[[str], None] | None = None) -> Built:
-    """Build the site into `out`. `run`: the 中文 notebooks to run (default: all; the
-    others are shown from their sources, without outputs); `lanes`: the data folders of
-    the servers they run on (default `LANES` folders of the build's own)."""
+    """Build the site into `out`. `run`: the 中文 notebooks to run if their kept run is not
+    current (default: all; the others show a kept run, or their code without outputs);
+    `lanes`: the data folders of the servers they run on (default: `LANES` folders of the
+    build's own)."""
     start = time.monotonic()
     say = say or (lambda msg: None)
 
@@ -461,10 +468,9 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
 
     names = chapters()
     eds = editions()
-    run = names if run is None else [n for n in names if n in run]
     if lanes is None:
         lanes = [Path(f"{services.data_dir()}-site{k}") for k in range(LANES)]
-    zh_runs = run_zh(run, work / "zh-run", lanes, progress) if run else {}
+    zh_runs = run_zh(names, work / "zh-run", lanes, progress, only=run)
     sources = {
         "en": {n: nbformat.read(eds["en"].notebooks / f"{n}.ipynb", as_version=4) for n in names},
         "zh": {n: zh_runs.get(n) or nbformat.read(_zh_source(eds, n), as_version=4)
@@ -485,9 +491,6 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
     return built
 
 
-def _zh_source(eds: dict[str, Edition], name: str) -> Path:
-    path = eds["zh"].notebooks / f"{name}.ipynb"
-    return path if path.exists() else eds["en"].notebooks / f"{name}.ipynb"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -497,7 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="where the site goes (_site/)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="run only these 中文 notebooks (e.g. 23-outbox); the other 中文 "
-                             "pages show their code without outputs")
+                             "pages show their last run if it is still current, else their "
+                             "code without outputs")
     args = parser.parse_args(argv)
 
     def say(msg: str) -> None:

@@ -90,7 +90,10 @@ def test_a_run_is_kept_until_its_notebook_or_the_code_changes(tmp_path, monkeypa
     again = site.run_zh(names, **args)
     assert len(calls) == 2 and _first_code(again["00-start-here"]).outputs
     monkeypatch.setattr(site, "run_inputs_digest", lambda root=ROOT: "other code")
-    site.run_zh(names[:1], **args)
+    # `--only`: a stale run of a notebook not named is neither run nor shown.
+    assert site.run_zh(names, **args, only=["00-start-here"]).keys() == {"00-start-here"}
+    assert len(calls) == 3
+    assert site.run_zh(names, **args, only=[]).keys() == {"00-start-here"}
     assert len(calls) == 3
 
 
