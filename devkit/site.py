@@ -255,11 +255,14 @@ def kept_run(path: Path, key: str) -> nbformat.NotebookNode | None:
 
 
 def _failure(name: str, err: BaseException) -> SiteError:
-    """One line for a 中文 run that failed: which notebook, which cell, what it raised."""
+    """One line for a 中文 run that failed: which notebook, which cell (its first line, as
+    nbclient quotes it), what it raised."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
     error = next((line for line in reversed(text) if re.match(r"^\w*(Error|Exception)", line)),
                  text[-1] if text else type(err).__name__)
-    return SiteError(f"the 中文 run of notebooks/zh/{name}.ipynb failed: {error[:300]}",
+    rules = [k for k, line in enumerate(text) if set(line) == {"-"}]
+    cell = f" at the cell `{text[rules[0] + 1][:60]}`" if len(rules) >= 2 else ""
+    return SiteError(f"the 中文 run of notebooks/zh/{name}.ipynb failed{cell}: {error[:300]}",
                      f"run it under nbval for the whole traceback: python3 tasklab.py test "
                      f"notebooks/{name}.ipynb")
 
@@ -275,8 +278,17 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], cwd: Path, log: Path
         client.execute(env=env, stdout=out, stderr=out)
 
 
+#: `_hold_servers` points this process's TEAMDESK_DATA_DIR at one lane's folder at a time.
+_ENVIRON = threading.Lock()
+
+
 def _hold_servers(folder: Path) -> None:
     """Start (or reuse) the embedded servers in `folder`, kept while this process lives."""
+    with _ENVIRON:
+        _hold_in(folder)
+
+
+def _hold_in(folder: Path) -> None:
     saved = os.environ.get("TEAMDESK_DATA_DIR")
     os.environ["TEAMDESK_DATA_DIR"] = str(folder)
     try:
@@ -325,15 +337,16 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callab
     queue = list(todo)
     lock = threading.Lock()
 
+    # The kernel speaks 中文 as a 中文 learner's does: it starts in `notebooks/zh/`
+    # (devkit.i18n.lang), with no TEAMDESK_LANG to say otherwise. As in the suite, a pytest
+    # run inside a notebook keeps the servers it was given (TEAMDESK_LAB_DATA_DIR set).
+    base = {k: v for k, v in os.environ.items() if k != "TEAMDESK_LANG"}
+    base.setdefault("TEAMDESK_LAB_DATA_DIR", str(services.data_dir()))
+    base["PYTHONUNBUFFERED"] = "1"
+
     def lane(folder: Path) -> None:
         hold(folder)
-        # The kernel speaks 中文 as a 中文 learner's does: it starts in `notebooks/zh/`
-        # (devkit.i18n.lang), with no TEAMDESK_LANG to say otherwise.
-        env = {k: v for k, v in os.environ.items() if k != "TEAMDESK_LANG"}
-        env.update({"TEAMDESK_DATA_DIR": str(folder), "PYTHONUNBUFFERED": "1",
-                    # As the suite's: a pytest run inside a notebook keeps these servers.
-                    "TEAMDESK_LAB_DATA_DIR": os.environ.get("TEAMDESK_LAB_DATA_DIR",
-                                                            str(services.data_dir()))})
+        env = {**base, "TEAMDESK_DATA_DIR": str(folder)}
         while True:
             with lock:
                 if not queue:

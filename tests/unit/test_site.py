@@ -68,7 +68,10 @@ def _fake_run(calls: list[str], fail: str | None = None):
         calls.append(name)
         assert "TEAMDESK_LANG" not in env and cwd.name == "zh"  # zh by its folder
         if fail and fail in name:
-            raise RuntimeError("Traceback …\nAssertionError: the board is empty\n")
+            raise RuntimeError("An error occurred while executing the following cell:\n"
+                               "------------------\n# step: show the board\nboard()\n"
+                               "------------------\n\nTraceback …\n"
+                               "AssertionError: the board is empty\n")
         _first_code(nb).outputs = [nbformat.v4.new_output("stream", text="完成\n")]
     return executor
 
@@ -101,7 +104,8 @@ def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     with pytest.raises(site.SiteError) as err:
         site.run_zh(["24-reminders"], tmp_path / "runs", [tmp_path / "a"], lambda m: None,
                     executor=_fake_run([], fail="24"), hold=lambda folder: None)
-    assert "notebooks/zh/24-reminders.ipynb" in err.value.problem
+    assert "notebooks/zh/24-reminders.ipynb failed at the cell `# step: show the board`" in (
+        err.value.problem)
     assert "AssertionError: the board is empty" in err.value.problem
     assert "tasklab.py test notebooks/24-reminders.ipynb" in err.value.fix
     assert not (tmp_path / "runs" / "24-reminders.ipynb").exists()
