@@ -533,6 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except services.ServiceError as err:
         print(f"[site] error: the embedded servers for the 中文 runs: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("[site] interrupted; the runs that finished are kept for the next build",
+              file=sys.stderr)
+        return 130
     if built.unrun:
         say(f"中文 pages without outputs (not run): {' '.join(built.unrun)}")
     return 0
