@@ -7,6 +7,8 @@
     python3 tasklab.py regen [notebooks/NAME.ipynb ...]   # re-execute notebooks, store outputs
     python3 tasklab.py hub    # a class's JupyterHub on this machine (as root; see
                               # deploy/jupyterhub/jupyterhub_config.py)
+    python3 tasklab.py site   # the course website, both editions, into _site/
+                              # (devkit/site.py; --only NAME ... runs fewer 中文 notebooks)
 
 Standard library only. The virtual environment lives in `.venv/`, built with the Python
 that runs this file, and is rebuilt when that Python's version, `pyproject.toml` or
@@ -648,8 +650,13 @@ def cmd_hub(extra: "list[str]") -> int:
     os.execv(BIN / "jupyterhub", [str(BIN / "jupyterhub"), "-f", str(config), *extra])
 
 
+def cmd_site(extra: "list[str]") -> int:
+    """The course website (devkit.site): Sphinx in .venv/, the 中文 notebooks run."""
+    return run([str(BIN / "python"), "-m", "devkit.site", *extra])
+
+
 def main(argv: "list[str]") -> int:
-    if not argv or argv[0] not in ("lab", "test", "regen", "hub"):
+    if not argv or argv[0] not in ("lab", "test", "regen", "hub", "site"):
         print(__doc__)
         return 2
     ensure_venv()
@@ -663,6 +670,8 @@ def main(argv: "list[str]") -> int:
         return cmd_regen(argv[1:])
     if argv[0] == "hub":
         return cmd_hub(argv[1:])
+    if argv[0] == "site":
+        return cmd_site(argv[1:])
     return cmd_test(argv[1:])
 
 

@@ -30,6 +30,7 @@ WHOLE_MODULES: frozenset[str] = frozenset({
     "tests/unit/test_notebook_passes.py",  # one pytest run of small notebooks for all
     "tests/labs/test_lab_isolation.py",  # starts the lab's own servers (.teamdesk/)
     "tests/integration/test_classroom_provision.py",  # learners provisioned once for all
+    "tests/integration/test_site.py",  # the website built once for all its checks
 })
 
 
@@ -51,6 +52,7 @@ LONG: tuple[str, ...] = (
     "chaos-90",
     "tests/integration/test_hub.py::",
     "tests/integration/test_classroom_provision.py",
+    "tests/integration/test_site.py",
     "tests/integration/test_worker_process.py::test_two_processes_complete_500",
     "tests/labs/test_chaos.py::test_short_seeded_chaos_run",
     "tests/labs/test_exercise_registry.py::test_the_judge_refuses_the_starter_and_wrong_"
