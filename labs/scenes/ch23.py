@@ -41,6 +41,7 @@ from labs.scenes.ch23_exercises import (  # noqa: F401
     judge_recovery_test,
     mark_then_add,
 )
+from labs.worlds import register_cases
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.ledger import QUERIES
@@ -294,6 +295,7 @@ CASES = {
             "job: nothing in the ledger's current run points at it.",
     ),
 }
+register_cases(CASES)
 
 
 # ------------------------------------------------------------ §3: the scan's fairness (D1)

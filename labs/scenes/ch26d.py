@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from labs import statements
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, passed
-from labs.fences import legacy_failed_listener
+from labs.exercises import Verdict, exercise, failed, first_line, passed
+from labs.fences import failed_listener, legacy_failed_listener
 from labs.history import History
 from labs.i18n import listing, say
-from labs.lab import fresh_world
 from labs.names import Names
 from labs.races import Takeover
+from labs.worlds import fresh_world, register_cases
 from teamdesk.tasks.queue import task_job_id
-from teamdesk.tasks.worker import is_exhausted
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 T = 8  # seconds: the bound on every wait here, as in the notebook
 
@@ -179,32 +179,18 @@ Callback = Callable[[Any, dict[str, Any]], Awaitable[None]]
 
 def _own_listener(ledger: Any, body: Callback, *, hold: Callable[[], Awaitable[Any]],
                   on_done: Callable[[dict[str, Any]], None]) -> Any:
-    """A `failed` listener that runs `body` once the queue gave up on a job (exhausted),
-    after `hold`; what `body` raised is recorded, never raised into the worker."""
-    pending: set[asyncio.Future] = set()
+    """A `failed` listener (`labs.fences.failed_listener`) that runs `body`; what `body`
+    raised is recorded, never raised into the worker."""
 
-    def on_failed(job: Any, err: BaseException) -> None:
-        if not is_exhausted(job, err):
-            return
-        data = job.data if isinstance(job.data, dict) else {}
-        event = {"task_id": data.get("taskId"), "run": data.get("run"),
-                 "error": f"{type(err).__name__}: {err}", "exhausted": True}
+    async def act(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
+        raised = None
+        try:
+            await body(conn, dict(event))
+        except Exception as e:  # the learner's code: a step of learning, not a crash
+            raised = first_line(e)
+        return {"task_id": event["task_id"], "run": event["run"], "error": raised}
 
-        async def run() -> None:
-            await hold()
-            raised = None
-            try:
-                async with ledger.fresh_connection() as conn:
-                    await body(conn, dict(event))
-            except Exception as e:  # the learner's code: a step of learning, not a crash
-                raised = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-            on_done({"task_id": event["task_id"], "run": event["run"], "error": raised})
-
-        fut = asyncio.ensure_future(run())
-        pending.add(fut)
-        fut.add_done_callback(pending.discard)
-
-    return on_failed
+    return failed_listener(ledger, act, hold=hold, on_done=on_done)
 
 
 def task_history(lab: Lab, task_id: str) -> History:
@@ -281,8 +267,7 @@ async def _quiet(lab: Lab) -> None:
     for g in list(lab.crew.gates):
         if isinstance(g, Gate) and g.is_reached and not g.is_released:
             g.close()
-    for name in list(lab.workers):
-        await lab.stop_worker(name)
+    await lab.stop_workers()
 
 
 async def _stage_fault_a(lab: Lab) -> str:
@@ -435,6 +420,7 @@ CASES = {
             "this one failed on another task first (D8).",
     ),
 }
+register_cases(CASES)
 
 
 # ---------------------------------------------------------------- Exercise F: the callback
@@ -501,7 +487,7 @@ async def _callback_scene(lab: Lab, body: Callback, scene: str,
 # The plausible wrong callbacks (a look-up of the current execution_id, the dispatcher's
 # own condition) are SQL, which lives outside the harness's Python: tests/labs keeps them.
 @exercise("26d.callback", answer="my_on_failed", solution="solution_on_failed")
-async def judge_callback(body: Any, *, settings: Any = None) -> Verdict:
+async def judge_callback(body: Any, *, settings: Settings | None = None) -> Verdict:
     """Exercise F: run `body` as A's `failed` callback in a lab world of its own, in the
     book's §7 test 2 (A fails, the record is lost, two scans re-add run 0; `_a_fails`),
     landing late twice: after B has claimed E2, and after the re-add but before any claim.
