@@ -55,27 +55,20 @@ async def exhaust_run(lab: Lab, task_id: str, run: int = 0) -> None:
     """Dispatch `task_id` and let every attempt of `run` meet a transient read error until
     the queue's budget is used up: the processor writes FAILED with its lease (P7, Q1).
     The three expected worker failures are acknowledged. Needs a started worker."""
-    job_id = task_job_id(task_id, run)
     lab.fault("export.after_read", TRANSIENT, times=3,
               when=lambda ctx: ctx["task_id"] == task_id)
-    with lab.expect_errors(source="worker failed", job_id=job_id):
-        await lab.dispatch()
-        await lab.wait_for("failed", job_id=job_id, where=lambda e: e["exhausted"],
-                           timeout=T)
+    await lab.dispatch()
+    await lab.done_with(task_job_id(task_id, run), T)
 
 
 Round = tuple[str, int, int, str]  # (job id, job attemptsMade, ledger attempts, status)
 
 
-async def one_round(lab: Lab, task_id: str, run: int, fails_left: int) -> Round:
+async def one_round(lab: Lab, task_id: str, run: int) -> Round:
     """One dispatcher scan and the round it starts, to its end: FAILED when all three
-    attempts meet the fault (`fails_left` ≥ 3), COMPLETED otherwise."""
+    attempts meet the fault, COMPLETED otherwise (`Lab.done_with`)."""
     await lab.dispatch()
-    job_id = task_job_id(task_id, run)
-    if fails_left >= 3:  # this round's three attempts all meet the fault
-        await lab.wait_for("failed", job_id=job_id, where=lambda e: e["exhausted"], timeout=T)
-    else:
-        await lab.wait_for("completed", job_id=job_id, timeout=T)
+    await lab.done_with(task_job_id(task_id, run), T)
     r, job = await lab.task(task_id), await lab.job(task_id, run)
     return job.id, job.attemptsMade, r.attempts, r.status.value
 
@@ -89,11 +82,10 @@ async def rounds_with(lab: Lab, fails: int, memo: dict[int, list[Round]]) -> lis
         lab.fault("export.after_read", TRANSIENT, times=fails,
                   when=lambda ctx: ctx["task_id"] == t.id)
         with lab.expect_errors(source="worker failed", contains="connection reset"):
-            rounds = [await one_round(lab, t.id, 0, fails)]
+            rounds = [await one_round(lab, t.id, 0)]
             while rounds[-1][3] == "FAILED" and len(rounds) < 3:
                 await lab.retry(t.id, user="ben")
-                run = len(rounds)
-                rounds.append(await one_round(lab, t.id, run, fails - 3 * run))
+                rounds.append(await one_round(lab, t.id, len(rounds)))
         memo[fails] = rounds
     return memo[fails]
 
