@@ -16,7 +16,8 @@
   administrator's connection with `role=<learner>`): every table of every lab clone is then
   theirs. Built here so a learner's first lab only clones; a lab builds it if it is missing;
 - **a Redis ACL user** of the learner's name, confined to the keys `td:<learner>:*`, with
-  the commands of `REDIS_COMMANDS` only; `TEAMDESK_QUEUE_PREFIX=td:<learner>` puts every
+  the commands of `REDIS_COMMANDS` only (`devkit.classroom_redis`);
+  `TEAMDESK_QUEUE_PREFIX=td:<learner>` puts every
   queue prefix the lab makes under it (`teamdesk.config.Settings.queue_namespace`).
 
 Passwords are derived, `HMAC(class secret, learner)`: provisioning again (a hub does, at
@@ -49,16 +50,15 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
-import redis
 from psycopg import sql
 
+from devkit import classroom_redis
+from devkit.classroom_redis import KEY_NAMESPACE
 from teamdesk.db.templates import ensure_template, template_name, with_database
 from teamdesk.redaction import redact
 
 #: The NOLOGIN role every learner is a member of: how learners are told from other roles.
 GROUP = "teamdesk_learners"
-#: Every Redis key of a learner begins `td:<learner>:` (their ACL key pattern).
-KEY_NAMESPACE = "td"
 #: A learner's name: it names a role, a database, a Redis user and a key prefix. At most
 #: 30 characters, so the longest identifier made from it, the template
 #: `teamdesk_tpl_<10 hex>_<name>`, stays within PostgreSQL's 63 bytes.
@@ -70,72 +70,6 @@ RESERVED = frozenset({"postgres", "public", "default", "template0", "template1",
 #: room for the two busiest notebooks (30 and 90, with worker processes) running at once
 #: and a third one open, measured as a learner (pg_stat_activity by role, sampled).
 CONNECTION_LIMIT = 25
-
-#: The only commands a learner's Redis user may run, each with why the lab needs it: what
-#: BullMQ (`bullmq` 3.4, mostly from inside its Lua scripts, whose commands the ACL checks
-#: as well), redis-py, the product and the lab ran — `INFO commandstats` of a server that
-#: only a learner used while every notebook ran — and `ping`/`select` for other clients.
-#: Key commands act on `td:<learner>:*` keys only; AUTH is always allowed.
-REDIS_COMMANDS: dict[str, str] = {
-    # connection
-    "hello": "redis-py's handshake on every new connection",
-    "client|setinfo": "redis-py names its library and version on connect",
-    "client|setname": "BullMQ names its connections (queue, worker, events)",
-    "info": "BullMQ reads the server's version and eviction policy when it starts",
-    "ping": "a client's liveness check",
-    "select": "a Redis URL that names a database other than 0",
-    # Lua: BullMQ does most of its work in scripts (their commands are listed below)
-    "evalsha": "BullMQ runs its Lua scripts by hash",
-    "script|load": "redis-py loads a script the server does not know yet",
-    "script|exists": "redis-py checks that its scripts are loaded",
-    # strings
-    "get": "job locks, heartbeats, the stalled-check lock",
-    "set": "job locks (PX), heartbeats (EX), the stalled-check lock",
-    "pttl": "a lock's remaining time",
-    "incr": "BullMQ's job id counter",
-    "del": "remove a job and its lock; delete a world's keys (delete_prefix)",
-    "exists": "does a job exist (add, move, retry)",
-    # hashes: one per job, plus the queue's meta
-    "hget": "a job field",
-    "hmget": "job fields",
-    "hgetall": "read a job",
-    "hset": "job fields: progress, return value, failure",
-    "hmset": "BullMQ's scripts write a new job",
-    "hdel": "clear a job's finished fields when it is retried",
-    "hincrby": "a job's attempt and stall counters",
-    # lists: wait, active, paused
-    "lpush": "a job becomes waiting",
-    "rpush": "a job goes back to waiting in order",
-    "rpoplpush": "a worker takes the next job (wait → active)",
-    "lrem": "a job leaves wait or active",
-    "lpos": "where a job is (its state)",
-    "lindex": "the head of a list",
-    "llen": "job counts",
-    "lrange": "list jobs (and the stalled check reads active)",
-    # sets: the stalled-check set, dependencies
-    "sadd": "mark active jobs for the stalled check",
-    "srem": "a job is no longer a stall suspect",
-    "smembers": "the stall suspects",
-    "scard": "how many suspects",
-    # the event stream
-    "xadd": "queue events (added, active, progress, completed, failed, stalled)",
-    "xtrim": "bound the event stream",
-    # sorted sets: delayed, prioritized, completed, failed, the marker
-    "zadd": "a job becomes delayed, completed or failed; the marker",
-    "zrem": "a job leaves a sorted set",
-    "zscore": "is a job in this set (its state)",
-    "zcard": "job counts",
-    "zrange": "list jobs; the next delayed job",
-    "zrangebyscore": "delayed jobs that are due",
-    "zrevrange": "list finished jobs, newest first",
-    "zrevrangebyscore": "finished jobs older than their retention",
-    "zremrangebyrank": "trim completed and failed (removeOnComplete, removeOnFail)",
-    "zpopmin": "take the marker",
-    "bzpopmin": "an idle worker waits for the marker (blocking)",
-    # keys
-    "scan": "delete a world's keys, list heartbeats (not key-confined: see above)",
-}
-
 
 class ClassroomError(ValueError):
     """Bad input or a conflict on the class servers; nothing was changed."""
@@ -377,86 +311,6 @@ def _drop_database(conn: psycopg.Connection, name: str) -> None:
     conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
-# ---------------------------------------------------------------- Redis
-
-def _redis(admin_redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(admin_redis_url, decode_responses=True, socket_timeout=10)
-
-
-def _key_pattern(name: str) -> str:
-    return f"~{KEY_NAMESPACE}:{name}:*"
-
-
-def _redis_user_is_ours(client: redis.Redis, name: str) -> bool | None:
-    """True: a learner's user; False: a user of that name that is not; None: none."""
-    info = client.acl_getuser(name)
-    if info is None:
-        return None
-    keys = info.get("keys") or []
-    keys = keys.split() if isinstance(keys, str) else list(keys)
-    return keys == [_key_pattern(name)]
-
-
-def _acl_rules(name: str, password: str, commands: Iterable[str] = REDIS_COMMANDS
-               ) -> list[str]:
-    return ["reset", "on", f">{password}", _key_pattern(name), "resetchannels", "-@all",
-            *(f"+{command}" for command in commands)]
-
-
-_UNKNOWN = re.compile(r"modifier '\+([^']+)': Unknown command")
-
-
-def _set_user(client: redis.Redis, name: str, password: str) -> None:
-    """`ACL SETUSER` in one command, applied whole (a running learner keeps their
-    connections), leaving out a command this server does not have: CLIENT SETINFO came
-    with Redis 7.2, and redis-py goes on without it."""
-    commands = list(REDIS_COMMANDS)
-    while True:
-        try:
-            client.execute_command("ACL", "SETUSER", name, *_acl_rules(name, password, commands))
-            return
-        except redis.ResponseError as err:
-            unknown = _UNKNOWN.search(str(err))
-            if unknown is None or unknown.group(1) not in commands:
-                raise
-            commands.remove(unknown.group(1))
-
-
-def _provision_redis(admin_redis_url: str, names: list[str], secret: bytes) -> None:
-    client = _redis(admin_redis_url)
-    try:
-        for name in names:
-            _set_user(client, name, _password(secret, "redis", name))
-        _save_acl(client)
-    finally:
-        client.close()
-
-
-def _save_acl(client: redis.Redis) -> None:
-    """Keep the users across a restart when the server has an ACL file; without one they
-    live until the restart (the next provisioning makes them again)."""
-    try:
-        client.execute_command("ACL", "SAVE")
-    except redis.ResponseError as err:
-        if "ACL file" not in str(err) and "aclfile" not in str(err):
-            raise
-
-
-def _delete_keys(client: redis.Redis, name: str) -> int:
-    """Every key under `td:<name>:` (synchronous, for a hub's hooks and the command line;
-    a world's own clean-up is `teamdesk.tasks.queue.delete_prefix`)."""
-    keys = list(client.scan_iter(match=f"{KEY_NAMESPACE}:{name}:*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.unlink(*keys[i:i + 500])
-    return len(keys)
-
-
-def _redis_learners(client: redis.Redis) -> list[str]:
-    """Redis users whose keys are a learner's (`td:<user>:*`)."""
-    return [u for u in client.execute_command("ACL", "USERS")
-            if NAME.fullmatch(u) and _redis_user_is_ours(client, u)]
-
-
 # ---------------------------------------------------------------- the public API
 
 def provision(admin_database_url: str, admin_redis_url: str, names: Iterable[str], *,
@@ -470,16 +324,16 @@ def provision(admin_database_url: str, admin_redis_url: str, names: Iterable[str
             or connection_limit < 1:
         raise ClassroomError(f"connection_limit must be a positive integer: {connection_limit!r}")
     secret = class_secret() if secret is None else secret
-    client = _redis(admin_redis_url)
-    try:
-        taken = [n for n in names if _redis_user_is_ours(client, n) is False]
-    finally:
-        client.close()
+    with classroom_redis.connect(admin_redis_url) as client:
+        taken = [n for n in names if classroom_redis.is_learners(client, n) is False]
     if taken:
         raise ClassroomError(f"Redis user(s) {', '.join(taken)} exist and are not learners "
                              f"(their keys are not {KEY_NAMESPACE}:<name>:*)")
     _provision_postgres(admin_database_url, names, secret, connection_limit)
-    _provision_redis(admin_redis_url, names, secret)
+    with classroom_redis.connect(admin_redis_url) as client:
+        for name in names:
+            classroom_redis.set_user(client, name, _password(secret, "redis", name))
+        classroom_redis.save_acl(client)
     if prebuild:
         for name in names:
             ensure_template(as_role(admin_database_url, name))
@@ -491,11 +345,8 @@ def learners(admin_database_url: str, admin_redis_url: str) -> list[str]:
     (one whose role is gone still has keys to clean)."""
     with _pg(admin_database_url) as conn:
         names = set(_members(conn))
-    client = _redis(admin_redis_url)
-    try:
-        names |= set(_redis_learners(client))
-    finally:
-        client.close()
+    with classroom_redis.connect(admin_redis_url) as client:
+        names |= {u for u in classroom_redis.learner_users(client) if NAME.fullmatch(u)}
     return sorted(names)
 
 
@@ -524,12 +375,9 @@ def cleanup(admin_database_url: str, admin_redis_url: str,
             for db in _lab_databases(conn, r.name):
                 _drop_database(conn, db)
                 r.databases.append(db)
-    client = _redis(admin_redis_url)
-    try:
+    with classroom_redis.connect(admin_redis_url) as client:
         for r in report:
-            r.keys = _delete_keys(client, r.name)
-    finally:
-        client.close()
+            r.keys = classroom_redis.delete_keys(client, r.name)
     return report
 
 
@@ -542,16 +390,11 @@ def remove(admin_database_url: str, admin_redis_url: str, names: Iterable[str]
     with _pg(admin_database_url) as conn:
         for r in report:
             r.databases, r.role = _remove_role(admin_database_url, conn, r.name)
-    client = _redis(admin_redis_url)
-    try:
+    with classroom_redis.connect(admin_redis_url) as client:
         for r in report:
-            r.keys = _delete_keys(client, r.name)
-            if _redis_user_is_ours(client, r.name):
-                client.execute_command("ACL", "DELUSER", r.name)  # also ends their clients
-                r.redis_user = True
-        _save_acl(client)
-    finally:
-        client.close()
+            r.keys = classroom_redis.delete_keys(client, r.name)
+            r.redis_user = classroom_redis.delete_user(client, r.name)
+        classroom_redis.save_acl(client)
     return report
 
 
@@ -584,22 +427,17 @@ def _remove_role(admin_database_url: str, conn: psycopg.Connection, name: str
 def states(admin_database_url: str, admin_redis_url: str) -> list[LearnerState]:
     """Each learner's connection limit, connections now, lab databases and keys."""
     names = learners(admin_database_url, admin_redis_url)
-    client = _redis(admin_redis_url)
     out = []
-    try:
-        with _pg(admin_database_url) as conn:
-            for name in names:
-                row = conn.execute("SELECT rolconnlimit FROM pg_roles WHERE rolname = %s",
-                                   (name,)).fetchone()
-                connections = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s",
-                    (name,)).fetchone()[0]
-                keys = sum(1 for _ in client.scan_iter(
-                    match=f"{KEY_NAMESPACE}:{name}:*", count=1000))
-                out.append(LearnerState(
-                    name, row[0] if row else 0, connections,
-                    len(_lab_databases(conn, name)) if row else 0, keys,
-                    bool(_redis_user_is_ours(client, name))))
-    finally:
-        client.close()
+    with classroom_redis.connect(admin_redis_url) as client, _pg(admin_database_url) as conn:
+        for name in names:
+            row = conn.execute("SELECT rolconnlimit FROM pg_roles WHERE rolname = %s",
+                               (name,)).fetchone()
+            connections = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s",
+                (name,)).fetchone()[0]
+            out.append(LearnerState(
+                name, row[0] if row else 0, connections,
+                len(_lab_databases(conn, name)) if row else 0,
+                len(classroom_redis.keys_of(client, name)),
+                bool(classroom_redis.is_learners(client, name))))
     return out

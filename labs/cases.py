@@ -19,7 +19,6 @@ stays acyclic).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import pkgutil
 import sys
@@ -32,7 +31,7 @@ import pandas as pd
 
 from devkit.i18n import Call, placeholders
 from labs import tables
-from labs.exercises import Exercise, Verdict, failed, not_attempted, passed
+from labs.exercises import Context, Exercise, Verdict, failed, not_attempted, passed
 from labs.i18n import say
 
 if TYPE_CHECKING:
@@ -88,16 +87,17 @@ class CaseSpec:
         words += [(f"case.{self.name}.refutes.{key}", en) for key, en in self.refutes.items()]
         return words + ([(f"case.{self.name}.book", self.book)] if self.book else [])
 
-    def exercise(self) -> Exercise:
+    def exercise(self, context: Context) -> Exercise:
         """The case as an exercise like any other: `await check("case.<name>", (cause,
         rule), case=case)`, its cells tagged `case.<name>`, two plausible wrong answers
-        (another cause; the cause with a rule that does not explain it). Registered with
-        the scene module that declares the case (`labs.exercises.load_all`)."""
+        (another cause; the cause with a rule that does not explain it). `context` stages
+        it outside a notebook (`labs.worlds.register_cases`, which the scene module that
+        declares the case calls: this module sits below the lab and cannot open one)."""
         other = next(key for key in self.choices if key != self.cause)
         wrong = {"another cause": (other, min(self.rules)),
                  "the cause with a rule that does not explain it": (self.cause, "P99")}
         return Exercise(f"case.{self.name}", self.answer, self.solution, _judge_case, wrong,
-                        stage=functools.partial(_staged, self.name))
+                        context)
 
     # The keys are made from the case's name, so these are the harness's only calls of
     # `say` without a literal key; the catalogue test checks them through `messages()`.
@@ -210,11 +210,6 @@ def spec(name: str) -> CaseSpec:
 async def _judge_case(answer: tuple[str | None, str | None], *, case: Case) -> Verdict:
     cause, rule = answer
     return case.judge(cause=cause, rule=rule)
-
-
-async def _staged(name: str, lab: Lab) -> dict[str, Any]:
-    """What a case's judge needs, outside a notebook: the case staged in `lab`."""
-    return {"case": await open_case(lab, name)}
 
 
 async def open_case(lab: Lab, name: str) -> Case:

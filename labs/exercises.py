@@ -1,6 +1,6 @@
 """One protocol for every exercise a notebook judges: a registry keyed by the cells' tags,
-one `Verdict`, one answer for "not attempted yet", and one bounded run in a world of its
-own for a judge that needs one (`labs.lab.fresh_world`, beside the lab it opens).
+one `Verdict`, one answer for "not attempted yet", and one way to open a world of its
+own for a judge that needs one (`labs.worlds`, above the lab it opens).
 
     await check("26b.fence", my_where)            # a check cell: its last line shows the verdict
 
@@ -13,8 +13,9 @@ suite runs every registered exercise the same way (`tests/labs/test_exercise_reg
 the notebook's starter is refused, its solution accepted, and each named wrong answer
 refused — a judge that cannot tell them apart judges nothing.
 
-Judges are found among the scene modules at run time (as diagnosis cases are,
-`labs.cases`), so this module imports no scene and the package stays acyclic.
+Judges are found among the scene modules at run time: importing one registers its
+judges and its diagnosis cases (`labs.worlds.register_cases`), so this module imports no
+scene and the package stays acyclic.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from labs.i18n import say
 
 if TYPE_CHECKING:
-    from labs.lab import Lab
     from teamdesk.config import Settings
 
 
@@ -162,7 +162,8 @@ def _is_a_wait(err: AssertionError) -> bool:
 #: A judge: the learner's answer and what the check cell passes, a `Verdict`.
 Judge = Callable[..., Awaitable[Verdict]]
 #: What a judge needs besides the answer, made outside a notebook (for the suite): given
-#: the suite's settings, an async context manager yielding the check cell's keywords.
+#: the suite's settings, an async context manager yielding the check cell's keywords
+#: (`labs.worlds.world_context` makes one in a lab world of its own).
 Context = Callable[["Settings"], contextlib.AbstractAsyncContextManager[dict[str, Any]]]
 
 
@@ -185,9 +186,6 @@ class Exercise:
     judge: Judge
     wrong: Mapping[str, Any] = field(default_factory=dict)
     context: Context = no_context
-    #: Instead of `context`: what the judge needs, made in a lab the caller opened (a
-    #: diagnosis case staged in it), so a module below the lab can declare it.
-    stage: Callable[[Lab], Awaitable[dict[str, Any]]] | None = None
 
 
 REGISTRY: dict[str, Exercise] = {}
@@ -195,15 +193,13 @@ REGISTRY: dict[str, Exercise] = {}
 
 def exercise(key: str, *, answer: str | tuple[str, ...], solution: str | tuple[str, ...],
              wrong: Mapping[str, Any] | None = None, context: Context = no_context,
-             stage: Callable[[Lab], Awaitable[dict[str, Any]]] | None = None,
              ) -> Callable[[Judge], Judge]:
     """Register the decorated judge as exercise `key` (see `Exercise`)."""
 
     def register(judge: Judge) -> Judge:
         if key in REGISTRY and REGISTRY[key].judge is not judge:
             raise ValueError(f"exercise {key!r} is registered twice")
-        REGISTRY[key] = Exercise(key, answer, solution, judge, dict(wrong or {}), context,
-                                 stage)
+        REGISTRY[key] = Exercise(key, answer, solution, judge, dict(wrong or {}), context)
         return judge
 
     return register
@@ -215,10 +211,7 @@ def load_all() -> dict[str, Exercise]:
     which the scenes import, imports none of them."""
     scenes = importlib.import_module("labs.scenes")
     for info in pkgutil.iter_modules(scenes.__path__):
-        module = importlib.import_module(f"{scenes.__name__}.{info.name}")
-        for case in getattr(module, "CASES", {}).values():  # its diagnosis cases
-            found = case.exercise()  # a name used twice is refused by `labs.cases`
-            REGISTRY.setdefault(found.key, found)
+        importlib.import_module(f"{scenes.__name__}.{info.name}")
     return REGISTRY
 
 

@@ -169,41 +169,60 @@ class SeparateEffects:
 # ---------------------------------------------------------------- the retired listener
 
 
-def legacy_failed_listener(ledger: Ledger, *, hold: Callable[[], Awaitable[Any]] | None = None,
-                           on_write: Callable[[dict[str, Any]], None] | None = None) -> Any:
-    """The retired listener: on exhaustion, FAILED by task id + run (no lease, raw text).
-    It writes on a connection of its own (`ledger.fresh_connection`), outside the pool the
-    worker's jobs use.
+#: What a `failed_listener` does once the queue gave up on a job: `act(conn, event)` on a
+#: connection of its own; `event` is what the queue's failed event carries — task_id,
+#: run, error, exhausted; no execution_id (W2). What it returns goes to `on_done`.
+FailedAct = Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
 
-    In-process (a notebook, `labs.scenes.ch26d.LateCallback`), `hold` is awaited before
-    the write — the book's *late* callback, released once a newer executor has claimed —
-    and `on_write` hears of each write (`task_id`, `run`, `rows`, `last_error`) when it
-    landed. Without them (the counterexample worker process) it writes at once."""
+
+def failed_listener(ledger: Ledger, act: FailedAct, *,
+                    hold: Callable[[], Awaitable[Any]] | None = None,
+                    on_done: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """A worker's `failed` listener that, once the queue gave up on a job (exhausted) and
+    after `hold` (the book's *late* callback, released once a newer executor has
+    claimed), runs `act` on a connection of its own (`ledger.fresh_connection`, outside
+    the pool the worker's jobs use); `on_done` hears what it returned."""
     pending: set[asyncio.Future] = set()
 
     def on_failed(job: Any, err: BaseException) -> None:
         if not is_exhausted(job, err):
             return
         data = job.data if isinstance(job.data, dict) else {}
+        event = {"task_id": data.get("taskId"), "run": data.get("run"),
+                 "error": f"{type(err).__name__}: {err}", "exhausted": True}
 
-        async def write() -> None:
+        async def run() -> None:
             if hold is not None:
                 await hold()
-            values = {"task_id": data.get("taskId"), "run": data.get("run"),
-                      "last_error": f"{type(err).__name__}: {err}"[:500]}
             async with ledger.fresh_connection() as conn:
-                result = await conn.execute(LAB_QUERIES["legacy_failed"], values)
-            listener_log.warning("counterexample.legacy_failed_write task_id=%s run=%s "
-                                 "rows=%s", data.get("taskId"), data.get("run"),
-                                 result.rowcount)
-            if on_write is not None:
-                on_write({**values, "rows": result.rowcount})
+                done = await act(conn, dict(event))
+            if on_done is not None:
+                on_done(done)
 
-        fut = asyncio.ensure_future(write())
+        fut = asyncio.ensure_future(run())
         pending.add(fut)
         fut.add_done_callback(pending.discard)
 
     return on_failed
+
+
+async def _legacy_failed_write(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
+    values = {"task_id": event["task_id"], "run": event["run"],
+              "last_error": event["error"][:500]}
+    result = await conn.execute(LAB_QUERIES["legacy_failed"], values)
+    listener_log.warning("counterexample.legacy_failed_write task_id=%s run=%s rows=%s",
+                         values["task_id"], values["run"], result.rowcount)
+    return {**values, "rows": result.rowcount}
+
+
+def legacy_failed_listener(ledger: Ledger, *, hold: Callable[[], Awaitable[Any]] | None = None,
+                           on_write: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    """The retired listener (`failed_listener`): on exhaustion, FAILED by task id + run (no
+    lease, raw text). In-process (a notebook, `labs.scenes.ch26d.LateCallback`) its write
+    waits for `hold`, and `on_write` hears of each write (`task_id`, `run`, `rows`,
+    `last_error`) when it landed; without them (the counterexample worker process) it
+    writes at once."""
+    return failed_listener(ledger, _legacy_failed_write, hold=hold, on_done=on_write)
 
 
 def add_legacy_listener(worker: TaskWorker) -> None:

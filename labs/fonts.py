@@ -17,9 +17,11 @@ Latin text keeps DejaVu Sans, so English figures do not change.
 
 from __future__ import annotations
 
+import io
 import logging
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 BUNDLED = Path(__file__).resolve().parent / "fonts" / "TeamDeskLabSansSC-Regular.ttf"
 BUNDLED_FAMILY = "TeamDesk Lab Sans SC"
@@ -77,3 +79,19 @@ def use_cjk() -> list[str]:
     latin = next((f for f in rc["font.sans-serif"] if f not in cjk_families()), "DejaVu Sans")
     rc["font.family"] = [latin, *cjk_families()]
     return list(rc["font.family"])
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def figure(kind: str, **kwargs: Any) -> Any:
+    """A matplotlib `Figure(**kwargs)` that draws Chinese (`use_cjk`) and shows itself as
+    a PNG when it is a cell's last value (no pyplot: no global figure state). `kind` names
+    its class, which is its text in a notebook's stored output ("<SwimlaneFigure …>")."""
+    from matplotlib.figure import Figure
+
+    use_cjk()
+    return type(kind, (Figure,), {"_repr_png_": _png})(**kwargs)

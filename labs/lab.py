@@ -58,10 +58,8 @@ import collections
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
-
-import psycopg
 
 from devkit import services
 from devkit.world import World
@@ -69,7 +67,6 @@ from labs import cases, counterexamples, leftovers
 from labs import stage as _stage
 from labs.calls import ProductCalls
 from labs.errors import ErrorBook, LabError, LabErrors
-from labs.exercises import stopped_note
 from labs.gates import DEFAULT_TIMEOUT_S, Fault, Gate
 from labs.history import History
 from labs.i18n import say
@@ -534,18 +531,20 @@ class Lab(ProductCalls):
             kind, timeout=timeout,
             where=lambda e: e["t"] >= after and (where is None or where(e)), **match)
 
-    async def done_with(self, job_id: str, timeout: float = DEFAULT_TIMEOUT_S
-                        ) -> dict[str, Any]:
+    async def done_with(self, job_id: str, timeout: float = DEFAULT_TIMEOUT_S,
+                        since: float | None = None) -> dict[str, Any]:
         """Wait (bounded) until the queue is done with job `job_id`, whichever way: its
         `completed` event, or the `failed` event after which no attempt follows
-        (`exhausted`). Returns that event. For a step whose outcome the learner has just
-        predicted, so the cell names no outcome before it runs; the job's errors are
-        expected either way (acknowledged, also those that came before the wait)."""
+        (`exhausted`); only events at or after `since`, as `wait_for`. Returns that event.
+        For a step whose outcome the learner has just predicted, so the cell names no
+        outcome before it runs; the job's errors are expected either way (acknowledged,
+        also those that came before the wait)."""
         with self.expect_errors(job_id=job_id):
-            waits = [asyncio.ensure_future(self.wait_for("completed", timeout, job_id=job_id)),
+            waits = [asyncio.ensure_future(self.wait_for("completed", timeout, since=since,
+                                                         job_id=job_id)),
                      asyncio.ensure_future(self.wait_for(
                          "failed", timeout, where=lambda e: bool(e.get("exhausted")),
-                         job_id=job_id))]
+                         since=since, job_id=job_id))]
             try:
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -556,18 +555,3 @@ class Lab(ProductCalls):
         self.acknowledge(job_id=job_id)
         return event
 
-
-@contextlib.asynccontextmanager
-async def fresh_world(name: str, notes: list[str], *, settings: Settings | None = None,
-                      **open_kw: Any) -> AsyncIterator[Lab]:
-    """A lab world of its own for one judged run (`Lab.open(name, settings=..., …)`),
-    closed whatever happened. A bounded wait that ran out, or the database refusing, ends
-    the run with a note in `notes` (`stopped_note`) instead of an error in the learner's
-    cell: the verdict then says what did not happen."""
-    lab = await Lab.open(name, settings=settings, **open_kw)
-    try:
-        yield lab
-    except (AssertionError, TimeoutError, psycopg.Error) as err:
-        notes.append(stopped_note(err))
-    finally:
-        await lab.close(check=False)

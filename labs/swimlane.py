@@ -21,7 +21,6 @@ gids ("lease", "commit", "winner", …) so tests can find them.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,19 +73,9 @@ def _layout(history: Any, lanes: Iterable[str] | None, x: str, lease: bool) -> _
 
 
 def _figure(lay: _Layout, x: str) -> Any:
-    from matplotlib.figure import Figure
-
-    fonts.use_cjk()  # legends and labels may be Chinese
-
-    class SwimlaneFigure(Figure):
-        def _repr_png_(self) -> bytes:
-            buf = io.BytesIO()
-            self.savefig(buf, format="png")
-            return buf.getvalue()
-
     width = min(30.0, max(9.0, 0.42 * len(lay.rows))) if x == "step" else 11.0
     height = max(4.2, 1.9 + 0.9 * max(len(lay.names), 1))
-    return SwimlaneFigure(figsize=(width + 3.4, height), dpi=100)
+    return fonts.figure("SwimlaneFigure", figsize=(width + 3.4, height), dpi=100)
 
 
 def _draw_bands(ax: Any, lay: _Layout) -> None:

@@ -45,6 +45,7 @@ from labs.scenes.ch23_exercises import (  # noqa: F401
 
 # How long a row's `updated_at` has not moved, in the database's clock (Exercise E reads it).
 from labs.scenes.ch26d import idle_s  # noqa: F401
+from labs.worlds import register_cases
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks.dispatch_loop import DispatchLoop
 from teamdesk.tasks.ledger import QUERIES
@@ -366,6 +367,7 @@ CASES = {
             "scans, and the first tick that gets through puts the row back to WAITING.",
     ),
 }
+register_cases(CASES)
 
 
 # ------------------------------------------------------------ §3: the scan's fairness (D1)

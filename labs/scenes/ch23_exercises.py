@@ -14,18 +14,20 @@ import asyncio
 import contextlib
 import inspect
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from labs import private_redis
 from labs.exercises import TestRun, Verdict, exercise, failed, passed, run_test
 from labs.i18n import say
-from labs.lab import fresh_world
+from labs.worlds import fresh_world, own_world, resolved
 from teamdesk.tasks import dispatcher
 from teamdesk.tasks.ledger import Ledger
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 
 #: What the judge's exports ask for (any filter the demo team has rows for).
@@ -47,7 +49,7 @@ class Steps:
     On a failure there is nothing to call: an exception that leaves the function ends the
     tick's round (D8) and leaves the row as it is."""
 
-    def __init__(self, queue: Any, settings: Any, conn: Any) -> None:
+    def __init__(self, queue: Any, settings: Settings, conn: Any) -> None:
         self._queue, self._settings, self._conn = queue, settings, conn
 
     async def add_job(self, row: Any) -> None:
@@ -103,9 +105,17 @@ async def _run_steps(fn: Any, row: Any, steps: Steps) -> str | None:
     return None
 
 
-async def _completions(lab: Lab, task_id: str) -> int:
-    return sum(1 for e in lab.recorder.events if e["kind"] == "completed"
+async def _ran(lab: Lab, task_id: str) -> tuple[str, int]:
+    """A worker J runs the task's job until it completed (bounded): the task's status
+    then, and how many times an execution exported it."""
+    await lab.start_worker("J")
+    try:
+        await lab.wait_for("completed", task_id=task_id, timeout=T)
+    finally:
+        await lab.stop_worker("J")
+    runs = sum(1 for e in lab.recorder.events if e["kind"] == "completed"
                and e.get("task_id") == task_id and "exported" in str(e.get("result")))
+    return (await lab.task(task_id)).status.value, runs
 
 
 async def _mark_anyway(row: Any, steps: Steps) -> None:
@@ -125,7 +135,7 @@ async def _add_only(row: Any, steps: Steps) -> None:
 
 @exercise("23.order", answer="my_dispatch_one", solution="solution_dispatch_one",
           wrong={"add, then mark in finally": _mark_anyway, "add, never mark": _add_only})
-async def judge_order(fn: Any, *, settings: Any = None) -> Verdict:
+async def judge_order(fn: Any, *, settings: Settings | None = None) -> Verdict:
     """Run a learner's `async def fn(row, steps)` (the steps of one WAITING row) against
     the real system, in a lab world of its own with its own Redis server:
 
@@ -164,16 +174,10 @@ async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) ->
                  "the row again as never dispatched, first in line (D3)"))
     if job is None or error:
         return
-    await lab.start_worker("J")
-    try:
-        await lab.wait_for("completed", task_id=calm.id, timeout=T)
-    finally:
-        await lab.stop_worker("J")
-    done, runs = await lab.task(calm.id), await _completions(lab, calm.id)
+    status, runs = await _ran(lab, calm.id)
     note(say("ch23.calm-ran", "one job (<task>-{run}); the worker ran it {runs} time(s); the "
-             "task is {status}", run=row.run, runs=runs, status=done.status.value))
-    found.calm_ok = (row.dispatched_at is not None and runs == 1
-                     and done.status.value == "COMPLETED")
+             "task is {status}", run=row.run, runs=runs, status=status))
+    found.calm_ok = row.dispatched_at is not None and runs == 1 and status == "COMPLETED"
 
 
 async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -> None:
@@ -200,16 +204,11 @@ async def _storm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) -
     if job is None:
         note(say("ch23.storm.not-enqueued", "the first tick after recovery did not enqueue it"))
         return
-    await lab.start_worker("J")
-    try:
-        await lab.wait_for("completed", task_id=storm.id, timeout=T)
-    finally:
-        await lab.stop_worker("J")
-    done, runs = await lab.task(storm.id), await _completions(lab, storm.id)
+    status, runs = await _ran(lab, storm.id)
     note(say("ch23.storm.ran", "the first tick after recovery enqueued it (added={added}); "
              "the worker ran it {runs} time(s); the task is {status}",
-             added=report.added, runs=runs, status=done.status.value))
-    found.storm_ok = runs == 1 and done.status.value == "COMPLETED"
+             added=report.added, runs=runs, status=status))
+    found.storm_ok = runs == 1 and status == "COMPLETED"
 
 
 # ------------------------------------------------------------ Exercise B: the learner's test
@@ -247,6 +246,8 @@ class MarkFirst:
         return await lab.recorded_dispatch(tick, detail="marks first")
 
 
+#: What a learner's test is handed to tick with: `lab.dispatch` or a `MarkFirst`.
+Dispatch = Callable[..., Awaitable[dispatcher.DispatchReport]]
 #: Exercise B's two dispatchers: the product's (`lab.dispatch`), and one that marks first.
 RECOVERY_WORLDS = ("product", "mark-first")
 #: Seconds one run of a learner's test may take before it is reported as hanging.
@@ -278,22 +279,16 @@ def _practised(lab: Lab) -> dict[str, bool]:
             "completed": completed}
 
 
-async def _run_recovery_test(test_fn: Any, world: str, *, settings: Any, bound: float
+async def _run_recovery_test(test_fn: Any, world: str, *, settings: Settings, bound: float
                              ) -> tuple[TestRun, dict[str, bool]]:
     """One run of the learner's test in a world of its own with its own Redis server,
     handed the world's dispatcher; how it ended, and what it practised."""
-    from labs.lab import Lab
-
     run = TestRun(_recovery_world(world))
-    # A name per world: in a kernel, opening a lab closes an open one of the same name.
-    lab = await Lab.open(f"23-test-judge-{world}", settings=settings, tickets=40,
-                         private_redis=True)
-    try:
+    async with own_world(f"23-test-judge-{world}", settings=settings, tickets=40,
+                         private_redis=True) as lab:
         dispatch = lab.dispatch if world == "product" else MarkFirst(lab)
         await run_test(run, test_fn(lab, dispatch), bound=bound)
         return run, _practised(lab)
-    finally:
-        await lab.close(check=False)
 
 
 def _recovery_verdict(product: TestRun, bug: TestRun, practised: dict[str, bool]) -> Verdict:
@@ -344,7 +339,7 @@ class _Offline:
         return 0
 
 
-async def _the_chapters_test(lab: Any, dispatch: Any) -> None:
+async def _the_chapters_test(lab: Lab, dispatch: Dispatch) -> None:
     """A plausible wrong answer: the chapter's test as it stands — the stand-in queue handed
     to the dispatcher; the tick raises and the task is still WAITING."""
     x = await lab.request_export({"status": ["OPEN"]})
@@ -357,7 +352,7 @@ async def _the_chapters_test(lab: Any, dispatch: Any) -> None:
     assert (await lab.task(x.id)).status == "WAITING"
 
 
-async def _never_after(lab: Any, dispatch: Any) -> None:
+async def _never_after(lab: Lab, dispatch: Dispatch) -> None:
     """A plausible wrong answer: a real outage and the right check of the row — and nothing
     after Redis is back."""
     x = await lab.request_export({"status": ["OPEN"]})
@@ -368,7 +363,7 @@ async def _never_after(lab: Any, dispatch: Any) -> None:
     assert (during.status, during.dispatched_at) == ("WAITING", None)
 
 
-async def _only_the_ending(lab: Any, dispatch: Any) -> None:
+async def _only_the_ending(lab: Lab, dispatch: Dispatch) -> None:
     """A plausible wrong answer: a real outage, a tick after it, a completed task — and no
     look at the row while the add failed: with the dispatcher that marks first, only the
     wait for the completion runs out."""
@@ -386,7 +381,7 @@ async def _only_the_ending(lab: Any, dispatch: Any) -> None:
           wrong={"the chapter's test as it stands": _the_chapters_test,
                  "nothing after the recovery": _never_after,
                  "no look at the row during the outage": _only_the_ending})
-async def judge_recovery_test(test_fn: Any, *, settings: Any = None,
+async def judge_recovery_test(test_fn: Any, *, settings: Settings | None = None,
                               bound: float = RECOVERY_BOUND) -> Verdict:
     """Exercise B: run `test_fn(lab, dispatch)` twice, each time in a world of its own with
     its own Redis server (`private_redis`): handed the product's dispatcher
@@ -396,9 +391,7 @@ async def judge_recovery_test(test_fn: Any, *, settings: Any = None,
     if not inspect.iscoroutinefunction(test_fn):
         return failed(say("ch23.b.write-async-def", "write it as `async def my_test(lab, "
                           "dispatch): ...` (the dispatcher under test is awaited)"))
-    from devkit import services
-
-    settings = await asyncio.to_thread(services.resolve_settings, settings)
+    settings = await resolved(settings)
     # The two worlds share nothing (own database, own prefix, own Redis): side by side.
     (product, practised), (bug, _) = await asyncio.gather(*(
         _run_recovery_test(test_fn, world, settings=settings, bound=bound)

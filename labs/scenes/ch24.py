@@ -10,8 +10,6 @@ cells.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +20,7 @@ from labs import tables
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.i18n import say
 from labs.names import Names
+from labs.worlds import world_context
 from teamdesk.db.models import Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
 
@@ -121,20 +120,9 @@ def _never_stale(task: Any, ticket: Any) -> str | None:
     return None
 
 
-@contextlib.asynccontextmanager
-async def _lab(settings: Any) -> AsyncIterator[dict[str, Any]]:
-    """The exercise's context outside the notebook: a seeded lab of its own (`lab=`)."""
-    from labs.lab import Lab
-
-    lab = await Lab.open("24-stale-judge", settings=settings, tickets=60)
-    try:
-        yield {"lab": lab}
-    finally:
-        await lab.close(check=False)
-
-
 @exercise("24.stale", answer="my_stale_reason", solution="solution_stale_reason",
-          wrong={"never stale": _never_stale}, context=_lab)
+          wrong={"never stale": _never_stale},
+          context=world_context("24-stale-judge", tickets=60))
 async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
     """Run the real processor and REMINDER executor (`process_task`, claim → team lock →
     ticket read → the check → effects → fenced completion, P10) on four reminders, with

@@ -11,15 +11,13 @@ rejections, the retry, the demotion, the purge) stay in the cells.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import csv
 import io
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.i18n import say
+from labs.worlds import world_context
 from teamdesk.db.models import BackgroundTask, Scope, TaskStatus
 from teamdesk.errors import TeamDeskError
 from teamdesk.services import exports
@@ -106,32 +104,16 @@ async def legacy_export(lab: Lab, filters: dict[str, Any], *, user: str = "ben"
 WISH = {"text": "Webhook"}
 
 
-async def _finished(lab: Lab, job_id: str) -> dict[str, Any]:
-    """The first `completed` or `failed` event of `job_id` (bounded)."""
-    waits = [asyncio.ensure_future(lab.wait_for(kind, job_id=job_id, timeout=T))
-             for kind in ("completed", "failed")]
-    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    for w in pending:
-        w.cancel()
-    return next(iter(done)).result()
-
-
-@contextlib.asynccontextmanager
-async def _webhook_world(settings: Any) -> AsyncIterator[dict[str, Any]]:
+async def _webhook_world(lab: Lab) -> dict[str, Any]:
     """The exercise's context outside the notebook: a lab with notebook 25's export limit
     (30) whose Webhook tickets grew past it, as §4 made them (31), `lab=`."""
-    from labs.lab import Lab
-
-    lab = await Lab.open("25-narrowed-judge", settings=settings, export_limit=30)
-    try:
-        for i in range(3):
-            await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
-        yield {"lab": lab}
-    finally:
-        await lab.close(check=False)
+    for i in range(3):
+        await lab.create_ticket(f"Webhook retries pile up ({i + 1})", actor="eve")
+    return {"lab": lab}
 
 
-@exercise("25.narrowed", answer="my_filters", solution="solution_filters", context=_webhook_world,
+@exercise("25.narrowed", answer="my_filters", solution="solution_filters",
+          context=world_context("25-narrowed-judge", _webhook_world, export_limit=30),
           wrong={"an invalid status": {"text": "Webhook", "status": ["ARCHIVED"]},
                  "a filter that matches nothing": {"text": "Webhook",
                                                    "created_to": "2000-01-01"},
@@ -153,10 +135,8 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
                       refused=type(err).__name__)
     if "W" not in lab.workers:
         await lab.start_worker("W", export_batch_size=10)
-    job_id = task_job_id(task.id, 0)
-    with lab.expect_errors(source="worker failed", job_id=job_id):  # a late rejection
-        await lab.dispatch()
-        await _finished(lab, job_id)
+    await lab.dispatch()
+    await lab.done_with(task_job_id(task.id, 0), T)  # completed, or a late rejection
     row = await lab.task(task.id)
     facts = {"task_id": task.id, "status": row.status.value}
     if row.status is not TaskStatus.COMPLETED:

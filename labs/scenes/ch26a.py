@@ -12,15 +12,15 @@ Exercise E (retry or reject) is judged the same way, through the real processor:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labs import fonts, learn
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.i18n import say
+from labs.worlds import fresh_world, world_context
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
 from teamdesk.tasks.queue import MAX_TASK_ATTEMPTS
@@ -28,6 +28,7 @@ from teamdesk.testing import FakeJob
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 
 def every_report(value: int) -> bool:
@@ -80,14 +81,12 @@ class BudgetRun:
     after_tick: str
 
 
-async def budget_run(settings: Any, stopped: list[str]) -> BudgetRun | None:
+async def budget_run(settings: Settings | None, stopped: list[str]) -> BudgetRun | None:
     """§3's exercise for real, in a world of its own with the lab's short backoff: a new
     export whose read fails on every execution (a fault at `export.after_read`), added
     with `attempts: JOB_BUDGET` in its job options and run by a real worker until the
     queue gives up (`failed`, exhausted); then one dispatcher tick (D4's failed branch).
     None, with a note in `stopped`, when a bounded wait ran out."""
-    from labs.lab import fresh_world
-
     async with fresh_world("26a-budget-judge", stopped, settings=settings, tickets=40,
                            backoff_delay_ms=30) as lab:
         task = await lab.request_export({"status": ["OPEN"]}, user="ben")
@@ -118,7 +117,7 @@ def _budget_shown(run: BudgetRun) -> list[str]:
 @exercise("26a.budget", answer=("my_executions", "my_status"),
           solution=("solution_executions", "solution_status"),
           wrong={"the table's last row": (3, "FAILED"), "the queue decides": (2, "FAILED")})
-async def judge_budget(answer: Any, *, settings: Any = None) -> Verdict:
+async def judge_budget(answer: Any, *, settings: Settings | None = None) -> Verdict:
     """§3's exercise: how many times an export added with `attempts: JOB_BUDGET` runs
     before the queue gives up, and the ledger's status then — compared with a real run
     (`budget_run`). Two budgets meet: the queue's, stamped on the job, decides how often
@@ -252,20 +251,15 @@ async def _outcome(lab: Lab, ctx: TaskContext, situation: str, choice: str
     return status, executions
 
 
-@contextlib.asynccontextmanager
-async def _lab_and_executor(settings: Any) -> AsyncIterator[dict[str, Any]]:
+async def _lab_and_executor(lab: Lab) -> dict[str, Any]:
     """The exercise's context outside the notebook: a lab with the notebook's short backoff
     (`lab=`) and executor A's context (`ctx=`), as §3 makes them."""
-    from labs.lab import Lab
-
-    lab = await Lab.open("26a-kinds-judge", settings=settings, tickets=60, backoff_delay_ms=30)
-    try:
-        yield {"lab": lab, "ctx": TaskContext(settings=lab.settings, actor="A")}
-    finally:
-        await lab.close(check=False)
+    return {"lab": lab, "ctx": TaskContext(settings=lab.settings, actor="A")}
 
 
-@exercise("26a.kinds", answer="my_kinds", solution="solution_kinds", context=_lab_and_executor,
+@exercise("26a.kinds", answer="my_kinds", solution="solution_kinds",
+          context=world_context("26a-kinds-judge", _lab_and_executor, tickets=60,
+                                backoff_delay_ms=30),
           wrong={"reject everything": dict.fromkeys(SITUATIONS, "reject")})
 async def judge_kinds(choices: Any, *, lab: Lab, ctx: TaskContext) -> Verdict:
     """Exercise E: each situation run through the real processor with the learner's
@@ -335,18 +329,7 @@ def attempt_times(lab: Lab, job_id: str) -> list[dict[str, Any]]:
 def plot_attempts(rows: list[dict[str, Any]], *, title: str) -> Any:
     """A small timeline of `attempt_times`: one mark per attempt, the waits between them
     drawn as arrows with their length, so "2 s, then 4 s" can be read off the axis."""
-    import io
-
-    from matplotlib.figure import Figure
-
-    class AttemptsFigure(Figure):
-        def _repr_png_(self) -> bytes:
-            buf = io.BytesIO()
-            self.savefig(buf, format="png")
-            return buf.getvalue()
-
-    fonts.use_cjk()  # the Chinese edition's labels
-    fig = AttemptsFigure(figsize=(8, 2.2), dpi=100)
+    fig = fonts.figure("AttemptsFigure", figsize=(8, 2.2), dpi=100)  # Chinese labels too
     ax = fig.subplots()
     for r in rows:
         ax.plot([r["started"]], [0], "o", color="tab:blue")

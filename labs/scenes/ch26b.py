@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any
 from labs.exercises import TestRun, Verdict, exercise, failed, passed, run_test
 from labs.fences import where_fence
 from labs.i18n import say
-from labs.lab import fresh_world
 from labs.races import Takeover
+from labs.worlds import fresh_world, own_world, resolved
 from teamdesk.db.models import Ticket
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 T = 8.0  # seconds: the bound on every wait of the judge
 
@@ -85,18 +86,29 @@ async def _alone(lab: Lab, verdict: FenceRuns) -> None:
     await lab.stop_worker("S")
 
 
+async def _retitle_high(lab: Lab, prefix: str) -> None:
+    """The HIGH tickets' titles change (`prefix` + title): a frozen A's copy is stale."""
+    from sqlalchemy import update
+
+    async with lab.sessions() as s, s.begin():
+        await s.execute(update(Ticket).where(Ticket.team_id == lab.team,
+                                             Ticket.priority == "HIGH")
+                        .values(title=prefix + Ticket.title))
+
+
+async def _saved_titles(lab: Lab, task_id: str) -> list[str]:
+    """The titles in the CSV the task's ledger row saved."""
+    row = await lab.task(task_id)
+    return [r["title"] for r in csv.DictReader(io.StringIO(row.result_csv or ""))]
+
+
 async def _race(lab: Lab, verdict: FenceRuns) -> None:
     """§4.1–§4.5 with the learner's fence for A (`labs.races.Takeover`): A frozen after its
     read, the HIGH tickets retitled, B takes over, A comes back late, B finishes."""
-    from sqlalchemy import update
-
     task = await lab.request_export({"priority": ["HIGH"]})
     async with Takeover(lab, task.id, timeout=T) as race:
         await race.a_claims_and_freezes()
-        async with lab.sessions() as s, s.begin():  # A's copy goes out of date
-            await s.execute(update(Ticket).where(Ticket.team_id == lab.team,
-                                                 Ticket.priority == "HIGH")
-                            .values(title="B-era: " + Ticket.title))
+        await _retitle_high(lab, "B-era: ")
         await race.b_takes_over()
         # With a loose fence B's writes may be refused too: both executors' errors are part
         # of what this run shows, not failures of the lab.
@@ -104,22 +116,13 @@ async def _race(lab: Lab, verdict: FenceRuns) -> None:
             await race.a_returns_late()
             done = await race.b_finishes()
     verdict.notes.append(say("ch26b.fence.race", "race: B says {result!r}", result=done["result"]))
-    row = await lab.task(task.id)
-    titles = [r["title"] for r in csv.DictReader(io.StringIO(row.result_csv or ""))]
+    titles = await _saved_titles(lab, task.id)
     if titles:
         verdict.saved = "B" if all(t.startswith("B-era: ") for t in titles) else "A"
 
 
-async def _servers(settings: Any) -> Any:
-    """`settings` with the servers' URLs resolved once (`devkit.services`), so the judge's
-    fresh worlds do not each ask the embedded servers again."""
-    from devkit import services
-
-    return await asyncio.to_thread(services.resolve_settings, settings)
-
-
 @exercise("26b.fence", answer="my_where", solution="solution_where", wrong={"a wall": "false"})
-async def judge_fence(where: Any, *, settings: Any = None) -> Verdict:
+async def judge_fence(where: Any, *, settings: Settings | None = None) -> Verdict:
     """Run the two real runs of the module docstring with `where` as A's fence, in a lab
     world of its own (P3, P5)."""
     try:
@@ -147,16 +150,12 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
     late and the row must still be B's snapshot, with no 100 reported; B finishes and its
     CSV is the one saved; a late duplicate is skipped (P1). Returns (rows B saved, A's
     writes that failed on the lease). The gates are released whatever happened."""
-    from sqlalchemy import update
-
     from labs import tables
 
     t = await lab.request_export({"priority": ["HIGH"]})
     async with Takeover(lab, t.id, a_point=a_point, a_opts=a_opts, timeout=T) as race:
         a_ctx = await race.a_claims_and_freezes()
-        async with lab.sessions() as s, s.begin():   # A's copy is now out of date
-            await s.execute(update(Ticket).where(Ticket.priority == "HIGH")
-                            .values(title="new: " + Ticket.title))
+        await _retitle_high(lab, "new: ")           # A's copy is now out of date
         b_ctx = await race.b_takes_over()
         before = await tables.row(lab, t.id)
         assert before["execution_id"] == b_ctx["execution_id"] != a_ctx["execution_id"]
@@ -164,9 +163,8 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
         assert await tables.row(lab, t.id) == before
         assert (await lab.job(t.id)).progress != 100
         await race.b_finishes()
-    done = await lab.task(t.id)
-    saved = [r["title"] for r in csv.DictReader(io.StringIO(done.result_csv or ""))]
-    assert done.status.value == "COMPLETED" and saved
+    saved = await _saved_titles(lab, t.id)
+    assert (await lab.task(t.id)).status.value == "COMPLETED" and saved
     assert all(x.startswith("new: ") for x in saved)
     rerun = await lab.enqueue(t.id, jobId=f"{race.job_id}-again")
     late = await lab.wait_for("completed", job_id=rerun.id, timeout=T)
@@ -177,7 +175,7 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
 # ---------------------------------------------------------------- Exercise A: the learner's test
 
 #: A learner's test: an async function of one lab world.
-LabTest = Callable[[Any], Awaitable[Any]]
+LabTest = Callable[["Lab"], Awaitable[Any]]
 #: The two worlds a test is run in: (label, counterexample switched on for A or None).
 WORLDS = (("the product", None), ("the status-only guard for A", "status-only-guard"))
 #: Seconds one run of a learner's test may take before it is reported as hanging.
@@ -215,35 +213,31 @@ def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
                       "catches the status-only guard (P3, P5, P6)"), *runs, **facts)
 
 
-async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: Any,
+async def _run_once(test_fn: LabTest, world: str, bug: str | None, *, settings: Settings,
                     bound: float) -> TestRun:
     from labs.gates import Gate
-    from labs.lab import Lab
 
     run = TestRun(_worlds_shown()[world])
-    # A name per world: in a kernel, opening a lab closes an open one of the same name.
-    lab = await Lab.open(f"26b-test-judge-{'guard' if bug else 'product'}",
-                         settings=settings, tickets=40)
-    try:
+    async with own_world(f"26b-test-judge-{'guard' if bug else 'product'}",
+                         settings=settings, tickets=40) as lab:
         if bug is not None:
             lab.counterexample(bug, actor="A")
         await run_test(run, test_fn(lab), bound=bound)
         run.held = [f"{g.point} for {g.actor or 'anyone'}" for g in lab.gates
                     if isinstance(g, Gate) and not g.is_released]
-    finally:
-        await lab.close(check=False)
     return run
 
 
 @exercise("26b.test", answer="my_test", solution="solution_test")
-async def judge_test(test_fn: Any, *, settings: Any = None, bound: float = BOUND) -> Verdict:
+async def judge_test(test_fn: Any, *, settings: Settings | None = None,
+                     bound: float = BOUND) -> Verdict:
     """Exercise A: run `test_fn(lab)` in a fresh world on the product, then in another with
     the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
     checked for gates left held."""
     if not asyncio.iscoroutinefunction(test_fn):
         return failed(say("ch26b.pass-test-function", "pass the test function itself: an `async "
                           "def` taking the lab"))
-    settings = await _servers(settings)
+    settings = await resolved(settings)
     # The two worlds share nothing (own database, own prefix, own gates): run side by side.
     product, guard = await asyncio.gather(*(
         _run_once(test_fn, world, bug, settings=settings, bound=bound) for world, bug in WORLDS))

@@ -1,12 +1,12 @@
 """Scene helpers of `26c-reminder-commit-gate.ipynb` (ch. 26 §5, and the book's §8 test
 3): a reminder whose first attempt meets a fault, and the judges of the two exercises —
-the last probe point inside the transaction, and the commit gate the learner writes
+the last probe point inside the transaction (`judge_last_point`, exercise `26c.last-point`),
+and the commit gate the learner writes
 (`judge_gate`, through `labs.fences.gate_fence`: the old code still updated under E1's
 condition at its end, but never checked the row count)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,12 +16,13 @@ from labs import tables
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.fences import gate_fence
 from labs.i18n import say
-from labs.lab import fresh_world
+from labs.worlds import fresh_world, world_context
 from teamdesk.tasks.lease import Lease, LeaseLost
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 Effects = tuple[int, int, int]
 
@@ -55,20 +56,50 @@ async def fault_at(lab: Lab, point: str, *, timeout: float = 8.0
     return before, between, await tables.reminder_effects(lab, ticket.id)
 
 
-async def judge_last_point(lab: Lab, point: Any, tried: dict[str, tuple]) -> bool | str:
-    """The exercise's verdict for `point` (True, or why not), running `fault_at` once per
-    point (`tried` caches the counts, so a re-run check cell does not run it again)."""
+async def _worker_w(lab: Lab) -> dict[str, Any]:
+    """The check cell's keywords outside the notebook: a world with a worker (`lab=`) and
+    an empty cache (`tried=`)."""
+    await lab.start_worker("W")
+    return {"lab": lab, "tried": {}}
+
+
+@exercise("26c.last-point", answer="my_point", solution="solution_point",
+          wrong={"a point before the completion": "reminder.after_event"},
+          context=world_context("26c-last-point-judge", _worker_w, tickets=10,
+                                backoff_delay_ms=30))
+async def judge_last_point(point: Any, *, lab: Lab, tried: dict[str, tuple] | None = None
+                           ) -> Verdict:
+    """§5.8's exercise: `point` must be `LAST_POINT`, and a fault there must leave nothing
+    between the attempts and one of each effect after attempt 2 (P10, P7). Runs `fault_at`
+    once per point (`tried` caches the counts, so a re-run check cell does not run it
+    again)."""
+    tried = {} if tried is None else tried
+    if not isinstance(point, str):
+        return failed(say("ch26c.last-point.not-a-name", "write the probe point's name, e.g. "
+                          "\"reminder.after_event\""))
     if point not in tried:
         try:
             tried[point] = await fault_at(lab, point)
         except Exception as err:  # a wrong point is a step of learning, not a crash
-            return say("ch26c.fault-never-struck", "that fault never struck inside a reminder "
-                       "({error_type})", error_type=type(err).__name__)
-    before, between, after = tried[point]
+            return failed(say("ch26c.fault-never-struck", "that fault never struck inside a "
+                              "reminder ({error_type})", error_type=type(err).__name__))
+    before, between, after = counts = tried[point]
     if point != LAST_POINT:
-        return say("ch26c.not-last-point", "not the last point inside the transaction (counts "
-                   "{before} → {between} → {after})", before=before, between=between, after=after)
-    return between == before and after == (before[0] + 1, before[1] + 1, before[2] + 1)
+        return failed(say("ch26c.not-last-point", "not the last point inside the transaction "
+                          "(counts {before} → {between} → {after})", before=before,
+                          between=between, after=after), counts=counts)
+    if between != before or after != _once_more(before):
+        return failed(say("ch26c.last-point.stuck", "the fault at the last point left counts "
+                          "{before} → {between} → {after}: something committed", before=before,
+                          between=between, after=after), counts=counts)
+    return passed(say("ch26c.last-point.holds", "a fault after the completion matched, before "
+                      "commit, still rolls all four writes back; attempt 2 gives the only "
+                      "result (P10)."), counts=counts)
+
+
+def _once_more(effects: Effects) -> Effects:
+    """One more of each effect: a notification, an event and a version bump."""
+    return effects[0] + 1, effects[1] + 1, effects[2] + 1
 
 
 # ---------------------------------------------------------------- the commit gate (exercise)
@@ -116,19 +147,6 @@ class GateRuns:
                       *self.notes, **facts)
 
 
-async def _ended(lab: Lab, job_id: str, since: float, timeout: float = 8.0) -> dict[str, Any]:
-    """The first since `since` of: the job completed, or it failed for good (its attempts
-    used up)."""
-    done = asyncio.ensure_future(lab.wait_for("completed", job_id=job_id, timeout=timeout,
-                                              since=since))
-    failed = asyncio.ensure_future(lab.wait_for("failed", job_id=job_id, timeout=timeout,
-                                                since=since, where=lambda e: e["exhausted"]))
-    finished, pending = await asyncio.wait({done, failed}, return_when=asyncio.FIRST_COMPLETED)
-    for p in pending:
-        p.cancel()
-    return next(iter(finished)).result()
-
-
 def _said(event: dict[str, Any]) -> str:
     """What a job's end said, in one line: its result, or its error's first line."""
     text = str(event.get("result") or event.get("error") or "")
@@ -141,11 +159,11 @@ async def _gate_alone(lab: Lab, verdict: GateRuns) -> None:
     before = await tables.reminder_effects(lab, ticket.id)
     since = time.monotonic()
     await lab.dispatch()
-    end = await _ended(lab, task_job_id(task.id, 0), since)
+    end = await lab.done_with(task_job_id(task.id, 0), 8.0, since=since)
     row = await lab.task(task.id)
     after = await tables.reminder_effects(lab, ticket.id)
     verdict.alone = (row.status.value == "COMPLETED"
-                     and after == (before[0] + 1, before[1] + 1, before[2] + 1))
+                     and after == _once_more(before))
     verdict.notes.append(say("ch26c.gate.alone", "alone: {said} → {status}, effects {before} → "
                              "{after}",
                              said=_said(end), status=row.status.value, before=before, after=after))
@@ -173,11 +191,11 @@ async def _gate_race(lab: Lab, verdict: GateRuns) -> None:
                              ledger=ledger))
     since = time.monotonic()
     await lab.dispatch()  # D4: the job completed while the ledger is WAITING: added again
-    end = await _ended(lab, job_id, since)
+    end = await lab.done_with(job_id, 8.0, since=since)
     verdict.final_status = (await lab.task(task.id)).status.value
     verdict.final_effects = await tables.reminder_effects(lab, ticket.id)
     verdict.single = (verdict.final_status == "COMPLETED"
-                      and verdict.final_effects == (before[0] + 1, before[1] + 1, before[2] + 1))
+                      and verdict.final_effects == _once_more(before))
     verdict.notes.append(say("ch26c.gate.redelivery", "redelivery: {said} → {status}, "
                              "effects {effects}",
                              said=_said(end), status=verdict.final_status,
@@ -199,7 +217,7 @@ def _another_error(rows_matched: int, lease: Lease) -> None:
 @exercise("26c.gate", answer="my_gate", solution="solution_gate",
           wrong={"a gate that always rolls back": _always_rolls_back,
                  "another error than LeaseLost": _another_error})
-async def judge_gate(gate: Any, *, settings: Any = None) -> Verdict:
+async def judge_gate(gate: Any, *, settings: Settings | None = None) -> Verdict:
     """Run `gate` as the commit gate of executor G's reminders (`gate_fence`,
     `Lab.use_fence`) in a lab world of its own: (1) alone, G must complete a due reminder
     with one of each effect; (2) the recovery-scan race of §5: G paused inside its

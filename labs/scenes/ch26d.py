@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from labs import statements
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, passed
-from labs.fences import legacy_failed_listener
+from labs.exercises import Verdict, exercise, failed, first_line, passed
+from labs.fences import failed_listener, legacy_failed_listener
 from labs.history import History
 from labs.i18n import listing, say
-from labs.lab import fresh_world
 from labs.names import Names
 from labs.races import Takeover
+from labs.worlds import fresh_world, register_cases
 from teamdesk.tasks.queue import task_job_id
-from teamdesk.tasks.worker import is_exhausted
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 T = 8  # seconds: the bound on every wait here, as in the notebook
 
@@ -55,27 +55,20 @@ async def exhaust_run(lab: Lab, task_id: str, run: int = 0) -> None:
     """Dispatch `task_id` and let every attempt of `run` meet a transient read error until
     the queue's budget is used up: the processor writes FAILED with its lease (P7, Q1).
     The three expected worker failures are acknowledged. Needs a started worker."""
-    job_id = task_job_id(task_id, run)
     lab.fault("export.after_read", TRANSIENT, times=3,
               when=lambda ctx: ctx["task_id"] == task_id)
-    with lab.expect_errors(source="worker failed", job_id=job_id):
-        await lab.dispatch()
-        await lab.wait_for("failed", job_id=job_id, where=lambda e: e["exhausted"],
-                           timeout=T)
+    await lab.dispatch()
+    await lab.done_with(task_job_id(task_id, run), T)
 
 
 Round = tuple[str, int, int, str]  # (job id, job attemptsMade, ledger attempts, status)
 
 
-async def one_round(lab: Lab, task_id: str, run: int, fails_left: int) -> Round:
+async def one_round(lab: Lab, task_id: str, run: int) -> Round:
     """One dispatcher scan and the round it starts, to its end: FAILED when all three
-    attempts meet the fault (`fails_left` ≥ 3), COMPLETED otherwise."""
+    attempts meet the fault, COMPLETED otherwise (`Lab.done_with`)."""
     await lab.dispatch()
-    job_id = task_job_id(task_id, run)
-    if fails_left >= 3:  # this round's three attempts all meet the fault
-        await lab.wait_for("failed", job_id=job_id, where=lambda e: e["exhausted"], timeout=T)
-    else:
-        await lab.wait_for("completed", job_id=job_id, timeout=T)
+    await lab.done_with(task_job_id(task_id, run), T)
     r, job = await lab.task(task_id), await lab.job(task_id, run)
     return job.id, job.attemptsMade, r.attempts, r.status.value
 
@@ -89,11 +82,10 @@ async def rounds_with(lab: Lab, fails: int, memo: dict[int, list[Round]]) -> lis
         lab.fault("export.after_read", TRANSIENT, times=fails,
                   when=lambda ctx: ctx["task_id"] == t.id)
         with lab.expect_errors(source="worker failed", contains="connection reset"):
-            rounds = [await one_round(lab, t.id, 0, fails)]
+            rounds = [await one_round(lab, t.id, 0)]
             while rounds[-1][3] == "FAILED" and len(rounds) < 3:
                 await lab.retry(t.id, user="ben")
-                run = len(rounds)
-                rounds.append(await one_round(lab, t.id, run, fails - 3 * run))
+                rounds.append(await one_round(lab, t.id, len(rounds)))
         memo[fails] = rounds
     return memo[fails]
 
@@ -179,32 +171,18 @@ Callback = Callable[[Any, dict[str, Any]], Awaitable[None]]
 
 def _own_listener(ledger: Any, body: Callback, *, hold: Callable[[], Awaitable[Any]],
                   on_done: Callable[[dict[str, Any]], None]) -> Any:
-    """A `failed` listener that runs `body` once the queue gave up on a job (exhausted),
-    after `hold`; what `body` raised is recorded, never raised into the worker."""
-    pending: set[asyncio.Future] = set()
+    """A `failed` listener (`labs.fences.failed_listener`) that runs `body`; what `body`
+    raised is recorded, never raised into the worker."""
 
-    def on_failed(job: Any, err: BaseException) -> None:
-        if not is_exhausted(job, err):
-            return
-        data = job.data if isinstance(job.data, dict) else {}
-        event = {"task_id": data.get("taskId"), "run": data.get("run"),
-                 "error": f"{type(err).__name__}: {err}", "exhausted": True}
+    async def act(conn: Any, event: dict[str, Any]) -> dict[str, Any]:
+        raised = None
+        try:
+            await body(conn, dict(event))
+        except Exception as e:  # the learner's code: a step of learning, not a crash
+            raised = first_line(e)
+        return {"task_id": event["task_id"], "run": event["run"], "error": raised}
 
-        async def run() -> None:
-            await hold()
-            raised = None
-            try:
-                async with ledger.fresh_connection() as conn:
-                    await body(conn, dict(event))
-            except Exception as e:  # the learner's code: a step of learning, not a crash
-                raised = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-            on_done({"task_id": event["task_id"], "run": event["run"], "error": raised})
-
-        fut = asyncio.ensure_future(run())
-        pending.add(fut)
-        fut.add_done_callback(pending.discard)
-
-    return on_failed
+    return failed_listener(ledger, act, hold=hold, on_done=on_done)
 
 
 def task_history(lab: Lab, task_id: str) -> History:
@@ -281,8 +259,7 @@ async def _quiet(lab: Lab) -> None:
     for g in list(lab.crew.gates):
         if isinstance(g, Gate) and g.is_reached and not g.is_released:
             g.close()
-    for name in list(lab.workers):
-        await lab.stop_worker(name)
+    await lab.stop_workers()
 
 
 async def _stage_fault_a(lab: Lab) -> str:
@@ -435,6 +412,7 @@ CASES = {
             "this one failed on another task first (D8).",
     ),
 }
+register_cases(CASES)
 
 
 # ---------------------------------------------------------------- Exercise F: the callback
@@ -501,7 +479,7 @@ async def _callback_scene(lab: Lab, body: Callback, scene: str,
 # The plausible wrong callbacks (a look-up of the current execution_id, the dispatcher's
 # own condition) are SQL, which lives outside the harness's Python: tests/labs keeps them.
 @exercise("26d.callback", answer="my_on_failed", solution="solution_on_failed")
-async def judge_callback(body: Any, *, settings: Any = None) -> Verdict:
+async def judge_callback(body: Any, *, settings: Settings | None = None) -> Verdict:
     """Exercise F: run `body` as A's `failed` callback in a lab world of its own, in the
     book's §7 test 2 (A fails, the record is lost, two scans re-add run 0; `_a_fails`),
     landing late twice: after B has claimed E2, and after the re-add but before any claim.

@@ -40,11 +40,13 @@ from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import History
 from labs.i18n import say
 from labs.procs import WorkerProc
+from labs.worlds import world_context
 from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT, heartbeat_key
 from teamdesk.testing import wait_until
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 _SIGNALS = {signal.SIGTERM: ("info", "SIGTERM"), signal.SIGKILL: ("fail", "kill -9"),
             signal.SIGINT: ("info", "SIGINT")}
@@ -282,7 +284,7 @@ async def _row(world: Any, task_id: str) -> tuple[str, str | None, int, Any]:
     return row[0], row[1], row[2], row[3]
 
 
-async def _one_drain_run(base: Any, timings: dict[str, str], drain_file: Path,
+async def _one_drain_run(base: Settings, timings: dict[str, str], drain_file: Path,
                          folder: Path, released: bool, drain_timeout: float) -> DrainRun:
     """One real process with the learner's drain: an export held at `export.after_read`,
     a second export dispatched and waiting behind it, SIGTERM, the hold released once the
@@ -396,8 +398,8 @@ ALWAYS_0 = """async def my_drain(stopping):
 
 
 async def _class_timings(lab: Lab) -> dict[str, Any]:
-    """What the check cell passes, outside a notebook: the settings of a lab the caller
-    opened as `base` (the judge opens a world of its own per run) and the class timings
+    """What the check cell passes, outside a notebook: the settings of a lab of its own
+    as `base` (the judge opens a world of its own per run) and the class timings
     (`procs.timings` in the notebook)."""
     from labs.timings import FAST_WORKER
 
@@ -405,8 +407,9 @@ async def _class_timings(lab: Lab) -> dict[str, Any]:
 
 
 @exercise("30.drain", answer="my_drain", solution="solution_drain",
-          wrong={"the right order, exit 0 always": ALWAYS_0}, stage=_class_timings)
-async def judge_drain(drain: Any, *, base: Any, timings: dict[str, str]) -> Verdict:
+          wrong={"the right order, exit 0 always": ALWAYS_0},
+          context=world_context("30-drain-judge", _class_timings))
+async def judge_drain(drain: Any, *, base: Settings, timings: dict[str, str]) -> Verdict:
     """Run a learner's drain (a function, or its source text) in the two real processes of
     `DRAIN_RUNS`, side by side, each in a world of its own, and name what broke W4: a
     process that did not exit, a job taken after SIGTERM, the running export not finished

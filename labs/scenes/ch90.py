@@ -16,8 +16,11 @@ import psutil
 
 from labs.cases import CaseSpec
 from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant, run_chaos
+from labs.exercises import Verdict, failed, passed
+from labs.history import execution_labels, short
 from labs.i18n import say
 from labs.lab import STUCK, WATCHFUL
+from labs.worlds import register_cases
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -105,53 +108,56 @@ async def counterexample_run(lab: Lab, config: ChaosConfig
     return lab, report, lines
 
 
-def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> bool | str:
+def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> Verdict:
     """A learner's invariant, run on the ledger rows and recorded history of two real runs:
     on the product's run it must name nothing (the fence held, P3, P5), on the
     lease-less counterexample's run exactly the tasks whose result an old execution
-    wrote over a newer lease — the ones the checker's own invariant names. True, or why
-    not (for `learn.check`)."""
+    wrote over a newer lease — the ones the checker's own invariant names. Not in the
+    exercise registry: its context is two chaos runs, which the suite makes once for all
+    the tests that read them (`tests/labs/test_exercises_ch90.py`)."""
     if not callable(fn):
-        return say("ch90.invariant.not-a-function", "write a function my_invariant(rows, history) "
-                   "that returns a set of task ids")
+        return failed(say("ch90.invariant.not-a-function", "write a function my_invariant(rows, "
+                          "history) that returns a set of task ids"))
     want = clobbered_ids(cx)
     if not want:
-        return say("ch90.invariant.nothing-clobbered", "the counterexample run clobbered nothing "
-                   "this time: run its cell again")
+        return failed(say("ch90.invariant.nothing-clobbered", "the counterexample run clobbered "
+                          "nothing this time: run its cell again"))
     try:
         on_clean = set(fn(dict(clean.rows), list(clean.history)) or ())
         on_cx = set(fn(dict(cx.rows), list(cx.history)) or ())
     except Exception as err:  # the learner's code: its error is a step of learning
-        return say("ch90.invariant.raised", "your function raised {error_type}: {err}",
-                   error_type=type(err).__name__, err=err)
+        return failed(say("ch90.invariant.raised", "your function raised {error_type}: {err}",
+                          error_type=type(err).__name__, err=err))
+    facts = {"on_clean": on_clean, "on_cx": on_cx, "clobbered": want}
     if on_clean:
-        return say("ch90.invariant.names-clean", "on the product's run it names {count} task(s), "
-                   "e.g. {example}, but the lease held there: a task claimed twice (a takeover) "
-                   "is not a clobber", count=len(on_clean), example=sorted(on_clean)[0])
+        return failed(say("ch90.invariant.names-clean", "on the product's run it names {count} "
+                          "task(s), e.g. {example}, but the lease held there: a task claimed "
+                          "twice (a takeover) is not a clobber", count=len(on_clean),
+                          example=sorted(on_clean)[0]), **facts)
     if on_cx != want:
         missed, extra = sorted(want - on_cx), sorted(on_cx - want)
         named = (say("ch90.cx.names", "names {tasks}", tasks=sorted(on_cx)) if on_cx
                  else say("ch90.cx.names-nothing", "names nothing"))
-        return say("ch90.cx.wrong", "on the counterexample's run it {named}; the clobbered "
-                   "task(s) are {want}{missed}{extra}", named=named, want=sorted(want),
-                   missed=say("ch90.cx.missed", " (missed {missed})", missed=missed)
-                   if missed else "",
-                   extra=say("ch90.cx.extra", " (not clobbered: {extra})", extra=extra)
-                   if extra else "")
-    return True
+        return failed(say("ch90.cx.wrong", "on the counterexample's run it {named}; the "
+                          "clobbered task(s) are {want}{missed}{extra}", named=named,
+                          want=sorted(want),
+                          missed=say("ch90.cx.missed", " (missed {missed})", missed=missed)
+                          if missed else "",
+                          extra=say("ch90.cx.extra", " (not clobbered: {extra})", extra=extra)
+                          if extra else ""), **facts)
+    return passed(say("ch90.invariant.holds", "0 on the product's run, and exactly the clobbered "
+                      "tasks on the counterexample's: a result may only be written under the "
+                      "newest lease (P3, P5)"), **facts)
 
 
 def task_history(report: ChaosReport, task_id: str) -> pd.DataFrame:
     """One task's recorded claims and result writes, in time order, with execution ids
     shortened to E1, E2, … in the order they claimed (for the eye)."""
     rows = [c for c in report.history if c.task_id == task_id]
-    labels: dict[str, str] = {}
-    for c in rows:
-        if c.kind == "claim":
-            labels.setdefault(c.execution_id, f"E{len(labels) + 1}")
+    labels = execution_labels(c.execution_id for c in rows if c.kind == "claim")
     t0 = rows[0].t if rows else 0.0
     return pd.DataFrame([{"t_s": round(c.t - t0, 3), "worker": c.worker, "what": c.kind,
-                          "execution": labels.get(c.execution_id, c.execution_id[:8])}
+                          "execution": labels.get(short(c.execution_id), short(c.execution_id))}
                          for c in rows])
 
 
@@ -233,6 +239,7 @@ CASES: dict[str, CaseSpec] = {
             "shows RUNNING: the cost W3 accepts.",
     ),
 }
+register_cases(CASES)
 
 
 def worker_children() -> list[psutil.Process]:

@@ -150,6 +150,15 @@ async def _gate_other_error(v: Verdict, context: dict[str, Any]) -> None:
     assert v.facts["rolled_back"] and "raise LeaseLost" in str(v), str(v)
 
 
+async def _last_point_counts(v: Verdict, context: dict[str, Any]) -> None:
+    """P10, P7: a fault at a point inside the reminder's transaction leaves nothing between
+    the attempts, and attempt 2 gives one of each effect; the earlier point is refused only
+    for not being the last one."""
+    before, between, after = v.facts["counts"]
+    assert between == before and after == (before[0] + 1, before[1] + 1, before[2] + 1), v
+    assert v.ok or "not the last point" in v.heading, str(v)
+
+
 def _recovery_reason(*, stopped: bool, redispatched: bool, mark_first: str
                      ) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
     """O1, D3, D8: what a test of "dispatch failed, then recovered" practised with the
@@ -220,6 +229,8 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                    "the solution": _budget_reason()},
     "26c.gate": {"the starter": _gate_starter, "a gate that always rolls back": _gate_wall,
                  "another error than LeaseLost": _gate_other_error},
+    "26c.last-point": {"a point before the completion": _last_point_counts,
+                       "the solution": _last_point_counts},
     "30.drain": {"the starter": _drain_starter,
                  "the right order, exit 0 always": _drain_always_0,
                  "the solution": _drain_solution},

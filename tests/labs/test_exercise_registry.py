@@ -11,14 +11,12 @@ import ast
 import contextlib
 import json
 import linecache
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from labs.exercises import Exercise, check, load_all
-from labs.lab import Lab
+from labs.exercises import check, load_all
 from tests.labs.exercise_reasons import REASONS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -85,18 +83,6 @@ def _bound_in(key: str, role: str, name: str) -> Any:
     raise AssertionError(f"{notebook.name}: the {role} cell of {key!r} binds no {name}")
 
 
-@contextlib.asynccontextmanager
-async def _context(exercise: Exercise, settings: Any) -> AsyncIterator[dict[str, Any]]:
-    """What the exercise's judge needs: made by its `context`, or by its `stage` in a lab
-    opened here."""
-    if exercise.stage is None:
-        async with exercise.context(settings) as context:
-            yield context
-        return
-    async with Lab.open(f"ex-{exercise.key}", settings=settings) as lab:
-        yield await exercise.stage(lab)
-
-
 async def _no_more(verdict: Any, context: dict[str, Any]) -> None:
     """No reason to check beyond refused or accepted."""
 
@@ -107,7 +93,7 @@ async def test_the_judge_refuses_the_starter_and_wrong_answers_and_accepts_the_s
     exercise = EXERCISES[key]
     starter = bound_in(key, "exercise", exercise.answer)
     solution = bound_in(key, "solution", exercise.solution)
-    async with _context(exercise, service_settings) as context:
+    async with exercise.context(service_settings) as context:
         reasons = REASONS.get(key, {})
         for name, answer in {"the starter": starter, **exercise.wrong}.items():
             verdict = await check(key, answer, **context)

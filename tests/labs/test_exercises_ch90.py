@@ -1,5 +1,6 @@
 """Notebook 90's write-it-yourself invariant and its diagnosis case, judged by the real
-system: the invariant's judge (on `learn.check`, so not in the exercise registry) rejects
+system: the invariant's judge (not in the exercise registry: its context is the two chaos
+runs, made once here for every test that reads them) rejects
 the notebook's own starter and accepts its hidden solution (and a plausible wrong answer),
 on the two real chaos runs the session made once (`chaos_90_runs`); the stall-limit case
 is staged by real workers and the dispatcher, and judged on its cause and rule."""
@@ -40,15 +41,16 @@ async def test_90_invariant_judge_rejects_the_starter_and_accepts_the_solution(c
     starter, starter_text = _defined("exercise", "my_invariant")
     solution, _ = _defined("solution", "solution_invariant")
     assert "newest[" not in starter_text and "execution_id !=" not in starter_text
-    assert isinstance(ch90.judge_invariant(starter, clean, cx), str)
-    assert ch90.judge_invariant(solution, clean, cx) is True
+    assert not ch90.judge_invariant(starter, clean, cx).ok
+    solved = ch90.judge_invariant(solution, clean, cx)
+    assert solved.ok and solved.facts["on_cx"] == ch90.clobbered_ids(cx), solved
 
     def claimed_twice(rows, history):
         claims = [c.task_id for c in history if c.kind == "claim"]
         return {t for t in claims if claims.count(t) > 1}
 
     verdict = ch90.judge_invariant(claimed_twice, clean, cx)
-    assert isinstance(verdict, str) and "product's run" in verdict, verdict
+    assert not verdict.ok and "product's run" in verdict.heading, verdict
     assert "raised" in str(ch90.judge_invariant(lambda rows, history: 1 / 0, clean, cx))
 
 

@@ -1,4 +1,5 @@
-"""`labs.scenes.ch26c`: the exercise of 26c §5.8 judged on real reminders (P7, P10)."""
+"""`labs.scenes.ch26c`: the exercise of 26c §5.8 judged on real reminders (P7, P10);
+the registry test (`26c.last-point`) checks its starter, solution and a wrong point."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ async def test_a_fault_anywhere_inside_the_transaction_rolls_back_and_only_the_l
                         backoff_delay_ms=30) as lab:
         await lab.start_worker("W")
         tried: dict[str, tuple] = {}
-        assert await ch26c.judge_last_point(lab, ch26c.LAST_POINT, tried) is True
+        assert await ch26c.judge_last_point(ch26c.LAST_POINT, lab=lab, tried=tried)
         before, between, after = tried[ch26c.LAST_POINT]
         assert between == before and after == (1, 1, before[2] + 1)
-        verdict = await ch26c.judge_last_point(lab, "reminder.after_event", tried)
-        assert isinstance(verdict, str) and verdict.startswith("not the last point")
+        verdict = await ch26c.judge_last_point("reminder.after_event", lab=lab, tried=tried)
+        assert not verdict.ok and verdict.heading.startswith("✗ not the last point"), verdict
         b2, m2, a2 = tried["reminder.after_event"]
         assert m2 == b2 and a2 == (1, 1, b2[2] + 1)
         rows = len(await tables.ledger(lab))
-        assert await ch26c.judge_last_point(lab, ch26c.LAST_POINT, tried) is True
+        assert await ch26c.judge_last_point(ch26c.LAST_POINT, lab=lab, tried=tried)
         assert len(await tables.ledger(lab)) == rows  # no new reminder: answered from the cache

@@ -1,10 +1,10 @@
-"""`labs.scenes.ch27`: reading pytest's `--setup-show` lines, and which keys Exercise B's
-judge counts as one task's (notebook 27, ours: one prefix per world; the judge itself runs
-in the registry test)."""
+"""`labs.scenes.ch27`: reading pytest's `--setup-show` lines; and `ch27_exercises`: which
+keys Exercise B's judge counts as one task's (notebook 27, ours: one prefix per world; the
+judge itself runs in the registry test)."""
 
 from __future__ import annotations
 
-from labs.scenes import ch27
+from labs.scenes import ch27, ch27_exercises
 
 _TESTS = {"甲": "test_a.py::test_db_only", "乙": "test_b.py::test_with_queue"}
 _STDOUT = """\
@@ -41,5 +41,5 @@ def test_a_key_of_a_tasks_job_is_named_by_prefix_queue_and_job_id():
     others = ["lababc:teamdesk-tasks:wait", "lababc:teamdesk-tasks:TTBKD9-0",
               "lababcd:teamdesk-tasks:TTBKD8-0", "lababc:other-queue:TTBKD8-0",
               "lababc:teamdesk-tasks:TTBKD8-again"]
-    assert all(ch27._is_jobs_key(k, world, "TTBKD8") for k in mine)
-    assert not any(ch27._is_jobs_key(k, world, "TTBKD8") for k in others)
+    assert all(ch27_exercises._is_jobs_key(k, world, "TTBKD8") for k in mine)
+    assert not any(ch27_exercises._is_jobs_key(k, world, "TTBKD8") for k in others)
