@@ -307,7 +307,7 @@ def _zh_source(eds: dict[str, Edition], name: str) -> Path:
     return path if path.exists() else eds["en"].notebooks / f"{name}.ipynb"
 
 
-def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callable[[str], None],
+def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Callable[[str], None],
            executor: Callable[..., None] = execute, hold: Callable[[Path], None] = _hold_servers,
            only: Sequence[str] | None = None) -> dict[str, nbformat.NotebookNode]:
     """The 中文 notebooks `names`, run: kept runs where still current, the others run now
@@ -326,9 +326,9 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callab
         elif only is None or name in only:
             todo.append((name, source, key))
     if not todo:
-        say(f"中文 runs: {len(done)} kept from the last build, none to run")
+        report(f"中文 runs: {len(done)} kept from the last build, none to run")
         return done
-    say(f"中文 runs: {len(todo)} to run ({len(done)} kept), {min(len(lanes), len(todo))} at a "
+    report(f"中文 runs: {len(todo)} to run ({len(done)} kept), {min(len(lanes), len(todo))} at a "
         "time on embedded servers of the build's own")
     # Longest first (the last run's time, else the English notebook's size), so no lane
     # starts a long one while the other is nearly done.
@@ -353,7 +353,7 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callab
                     return
                 name, source, key = queue.pop(0)
             started = time.monotonic()
-            say(f"running 中文 {name} …")
+            report(f"running 中文 {name} …")
             nb = nbformat.read(source, as_version=4)
             cache.mkdir(parents=True, exist_ok=True)
             try:
@@ -367,7 +367,7 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], say: Callab
             nbformat.write(nb, cache / f"{name}.ipynb")
             with lock:
                 done[name] = nb
-            say(f"中文 {name}: ran in {seconds:.0f} s ({len(done)}/{len(names)})")
+            report(f"中文 {name}: ran in {seconds:.0f} s ({len(done)}/{len(names)})")
 
     with ThreadPoolExecutor(max_workers=min(len(lanes), len(todo))) as pool:
         futures = [pool.submit(lane, folder) for folder in lanes[:len(todo)]]
@@ -468,16 +468,17 @@ class Built:
 
 
 def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
-          lanes: Sequence[Path] | None = None, say: Callable[[str], None] | None = None) -> Built:
+          lanes: Sequence[Path] | None = None,
+          report: Callable[[str], None] | None = None) -> Built:
     """Build the site into `out`. `run`: the 中文 notebooks to run if their kept run is not
     current (default: all; the others show a kept run, or their code without outputs);
     `lanes`: the data folders of the servers they run on (default: `LANES` folders of the
     build's own)."""
     start = time.monotonic()
-    say = say or (lambda msg: None)
+    report = report or (lambda msg: None)
 
     def progress(msg: str) -> None:
-        say(f"{time.monotonic() - start:5.0f} s  {msg}")
+        report(f"{time.monotonic() - start:5.0f} s  {msg}")
 
     names = chapters()
     eds = editions()
@@ -517,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "code without outputs")
     args = parser.parse_args(argv)
 
-    def say(msg: str) -> None:
+    def report(msg: str) -> None:
         print(f"[site] {msg}", flush=True)
 
     try:
@@ -526,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             raise SiteError(f"no chapter notebook named {', '.join(unknown)}",
                             f"name one of: {' '.join(known)}")
-        built = build(out=args.out.resolve(), run=args.only, say=say)
+        built = build(out=args.out.resolve(), run=args.only, report=report)
     except SiteError as err:
         print(f"[site] error: {err.problem}\n[site] fix: {err.fix}", file=sys.stderr)
         return 1
@@ -538,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     if built.unrun:
-        say(f"中文 pages without outputs (not run): {' '.join(built.unrun)}")
+        report(f"中文 pages without outputs (not run): {' '.join(built.unrun)}")
     return 0
 
 

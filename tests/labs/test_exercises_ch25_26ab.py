@@ -130,11 +130,11 @@ async def test_the_kinds_exercise_takes_its_choices_in_chinese_in_the_chinese_ed
     (`labs.learn.same`), judged through the real processor like the English."""
     from labs.exercises import check
     from labs.scenes import ch26a
-    from tests.labs.test_exercise_registry import EXERCISES, _context
+    from tests.labs.test_exercise_registry import EXERCISES
 
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     chinese = {situation: "拒绝" if stays else "重试"
                for situation, (stays, _) in ch26a.SITUATIONS.items()}
-    async with _context(EXERCISES["26a.kinds"], service_settings) as context:
+    async with EXERCISES["26a.kinds"].context(service_settings) as context:
         verdict = await check("26a.kinds", chinese, **context)
     assert verdict.ok, str(verdict)

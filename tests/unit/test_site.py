@@ -85,7 +85,7 @@ def test_a_run_is_kept_until_its_notebook_or_the_code_changes(tmp_path, monkeypa
     calls: list[str] = []
     names = ["00-start-here", "24-reminders"]
     lanes = [tmp_path / "a", tmp_path / "b"]
-    args = dict(cache=tmp_path / "runs", lanes=lanes, say=lambda m: None,
+    args = dict(cache=tmp_path / "runs", lanes=lanes, report=lambda m: None,
                 executor=_fake_run(calls), hold=lambda folder: None)
     first = site.run_zh(names, **args)
     assert sorted(first) == names and len(calls) == 2
