@@ -1,6 +1,7 @@
 """The instructor's kit follows the notebooks: the half-day workshop lists every exercise
 cell the notebooks hold (`notebook:name`, a name the cell binds), handed out or not, and
-its optional tracks take as long as each notebook says ("About N minutes")."""
+its optional tracks take as long as each notebook says ("About N minutes"), and its plan
+shows beside each block what the notebook alone takes, as the notebook says."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = ROOT / "docs" / "teaching" / "workshop-half-day.md"
 #: A cell reference in the workshop: `26b:my_test`.
 CELL_REF = re.compile(r"`(\d\d[a-d]?):(\w+)`")
+#: The plan's last column: `23`: 50 (the notebook alone, its header's minutes).
+ALONE = re.compile(r"\| `(\d\d[a-d]?)`: (\d+) \|$", re.M)
 #: An optional track: `24-reminders` (45 min) or `25-exports` (35, …).
 TRACK = re.compile(r"`(\d\d[a-d]?-[a-z-]+)` \((\d+)")
 
@@ -67,3 +70,20 @@ def test_the_optional_tracks_take_what_each_notebook_says() -> None:
         cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
         said = re.search(r"About (\d+) minutes", "".join(cells["cells"][1]["source"]))
         assert said and said.group(1) == minutes, f"{name}: workshop {minutes}, notebook {said}"
+
+
+def _header_minutes(path: Path) -> str | None:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    said = re.search(r"About (\d+) minutes", "".join(cells[1]["source"]))
+    return said.group(1) if said else None
+
+
+def test_the_plan_shows_what_each_core_notebook_takes_alone() -> None:
+    """Beside each core block, the notebook's own "About N minutes" (devkit/minutes.py):
+    an instructor sees where a led block is shorter than a learner alone would need."""
+    text = WORKSHOP.read_text(encoding="utf-8")
+    alone = ALONE.findall(text[text.index("## Plan"):text.index("**Optional tracks**")])
+    assert {nb for nb, _ in alone} == {"00", "23", "26a", "26b", "26c", "26d"}, alone
+    for nb, minutes in alone:
+        said = _header_minutes(_notebook(nb))
+        assert said == minutes, f"{nb}: the plan says {minutes} min alone, the notebook {said}"
