@@ -289,7 +289,7 @@ def test_the_run_log_speaks_the_editions_language(monkeypatch):
     assert report.verdict().startswith("足以下结论（conclusive）: ")
     assert "没有失去任何租约" in _report(("sigkill", "T1"), leases_lost=0).verdict()
     table = report.invariant_table()
-    assert "没有结果写在更新的租约之上" in table.index
+    assert "没有结果写在较新的租约之上" in table.index
     assert "no result written over a newer lease" in [r["invariant"]
                                                       for r in report.invariant_rows()]
     assert all(not worker_logs.shown(label).isascii() for label in worker_logs.LOG_COUNTS)

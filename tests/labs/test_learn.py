@@ -42,7 +42,7 @@ def test_a_word_answer_is_taken_in_either_language_in_the_chinese_edition(monkey
     English only. Identifiers (statuses) are not translated."""
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     assert reveal("两个都有", "both") and reveal(" Both ", "both") and reveal("跳过", "skip it")
-    assert reveal("没有结果写在更新的租约之上", "no result written over a newer lease")
+    assert reveal("没有结果写在较新的租约之上", "no result written over a newer lease")
     assert not reveal("都有", "nothing") and reveal("FAILED", "FAILED")
     reveal(None, "fails it for good")
     out = capsys.readouterr().out
