@@ -170,16 +170,22 @@ def cmd_copies(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     return 0
 
 
+def _add_copies_args(parser: argparse.ArgumentParser, edition: str) -> None:
+    """`--fresh` and `--lang`, the same for `teamdesk copies` and `teamdesk lab` (the lab
+    makes the same copies before it opens them)."""
+    parser.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
+                        help="replace your copy of these notebooks (e.g. 26b, or all) with a "
+                             f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
+                             f"{copies.REPLACED_DIR}/")
+    parser.add_argument("--lang", choices=i18n.LANGS,
+                        help=f"{edition}; default $TEAMDESK_LANG, else from the system locale "
+                             "(zh* → zh)")
+
+
 def add_copies(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("copies", help="make your own copies of the notebooks (my-notebooks/) "
                        "without starting JupyterLab")
-    c.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
-                   help="replace your copy of these notebooks (e.g. 26b, or all) with a "
-                        f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
-                        f"{copies.REPLACED_DIR}/")
-    c.add_argument("--lang", choices=i18n.LANGS,
-                   help="the edition: zh (中文, my-notebooks/zh/) or en; default "
-                        "$TEAMDESK_LANG, else from the system locale (zh* → zh)")
+    _add_copies_args(c, "the edition: zh (中文, my-notebooks/zh/) or en")
     c.add_argument("--root", help="the lab's root, holding notebooks/ (default: this checkout)")
     c.set_defaults(func=cmd_copies)
 
@@ -189,11 +195,5 @@ def add_lab(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lab.add_argument("--port", type=PORT,
                      help="default $TEAMDESK_LAB_PORT, else 8888 or the next free port after it")
     lab.add_argument("--no-browser", action="store_true")
-    lab.add_argument("--fresh", nargs="+", metavar="NOTEBOOK",
-                     help="replace your copy of these notebooks (e.g. 26b, or all) with a "
-                          f"fresh one; the old copy goes to {copies.LEARNER_DIR}/"
-                          f"{copies.REPLACED_DIR}/")
-    lab.add_argument("--lang", choices=i18n.LANGS,
-                     help="the edition to open: zh (中文) or en; default $TEAMDESK_LANG, "
-                          "else from the system locale (zh* → zh)")
+    _add_copies_args(lab, "the edition to open: zh (中文) or en")
     lab.set_defaults(func=cmd_lab)
