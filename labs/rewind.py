@@ -27,9 +27,12 @@ import inspect
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from labs.i18n import say
 
 #: The first line of an acting cell (`labs.stage`): `# step: <name>`. Here, in the leaf
 #: module, because both the stage and the script read it.
@@ -148,12 +151,16 @@ def step_names(script: list[ScriptCell]) -> list[str]:
     return [c.name for c in script if c.kind == "step" and c.name]
 
 
-def before(script: list[ScriptCell], name: str) -> list[ScriptCell]:
-    """The cells to replay to stand right before step `name` (start-over excluded)."""
+def before(script: list[ScriptCell], name: str,
+           shown: Callable[[str], str] = str) -> list[ScriptCell]:
+    """The cells to replay to stand right before step `name` (start-over excluded). An
+    unknown name is refused with the notebook's steps, each as `shown` words it (the
+    stage passes its titles, so the Chinese edition lists them in Chinese)."""
     names = step_names(script)
     if name not in names:
-        raise RewindError(f"no step {name!r} in this notebook; its steps: "
-                          + "; ".join(f"{i + 1}. {n}" for i, n in enumerate(names)))
+        raise RewindError(say("rewind.no-step", "no step {name!r} in this notebook; its "
+                              "steps: {steps}", name=name, steps="; ".join(
+                                  f"{i + 1}. {shown(n)}" for i, n in enumerate(names))))
     cut = next(i for i, c in enumerate(script) if c.kind == "step" and c.name == name)
     return script[1:cut]
 

@@ -175,7 +175,7 @@ class Stage:
         step. Then run that step's cell (`labs.rewind`). `name` may be the step's title."""
         script = rewind.load_script(self.lab.name)
         name = identifier(name, rewind.step_names(script))
-        todo = rewind.before(script, name)  # an unknown name fails here, before anything
+        todo = rewind.before(script, name, title)  # an unknown name fails here, first
         ns = rewind.namespace()
         steps = sum(c.kind == "step" for c in todo)
         print(say("stage.going-starting-race", "⏮ going to: {name} — starting the race over, then "

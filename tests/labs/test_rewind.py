@@ -42,3 +42,13 @@ def test_an_unknown_step_lists_the_steps():
 
 def test_a_notebook_without_a_start_over_cell_has_no_script():
     assert script_from_cells([_code("# step: one\nx = 1")]) == []
+
+
+def test_an_unknown_step_lists_the_steps_in_the_editions_words(monkeypatch):
+    """In the 中文 edition the refusal is Chinese and lists each step as `shown` words it
+    (the stage passes its titles): a presenter who mistyped a step reads the steps as the
+    notebook shows them."""
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    titles = {"one": "第一步", "two": "第二步", "three": "第三步"}
+    with pytest.raises(RewindError, match=r"没有步骤 'four'.*1\. 第一步；?;? ?2\. 第二步"):
+        before(script_from_cells(CELLS), "four", titles.__getitem__)
