@@ -47,18 +47,6 @@ async def try_download(lab: Lab, user: str, task: Any) -> str:
     return f"ok: {len(file.csv.splitlines()) - 1} rows"
 
 
-async def matches(lab: Lab, user: str, filters: Any) -> int | str:
-    """How many team tickets `filters` match for `user` — the count `request_export` makes
-    before it writes anything (X1) — read only; the service's refusal as text when the
-    filters are invalid."""
-    try:
-        async with lab.sessions() as s:
-            clean = exports.validate_filters(filters)
-            return await exports.count_matching(s, lab.team, user, Scope.TEAM, clean)
-    except TeamDeskError as err:
-        return f"{type(err).__name__}: {err}"
-
-
 async def snapshot(lab: Lab, task: Any, moment: str, read: str) -> dict[str, Any]:
     """Both records of one export at a moment: its ledger status and progress beside the
     queue job's progress (P4: ledger first, then queue), plus the ledger's `updated_at`
@@ -67,21 +55,6 @@ async def snapshot(lab: Lab, task: Any, moment: str, read: str) -> dict[str, Any
     return {"moment": moment, "read": read, "status": row.status.value,
             "ledger progress": row.progress, "queue progress": job.progress,
             "updated_at": row.updated_at}
-
-
-def fits(filters: Any, matched: int | str | None, limit: int) -> bool | str:
-    """The exercise's judge: `filters` keep `{"status": ["OPEN"]}` and match between 1 and
-    `limit` tickets (`matched`, from `matches`), so `request_export` would accept them (X1;
-    a new, narrower request, R4). A string says what is wrong."""
-    if not isinstance(filters, dict) or filters.get("status") != ["OPEN"]:
-        return say("ch25.keep-status-filter", "keep the status filter: {{'status': ['OPEN'], …}}")
-    if isinstance(matched, str):
-        return say("ch25.service-refuses-these", "the service refuses these filters — {matched}",
-                   matched=matched)
-    if matched is None:
-        return say("ch25.nothing-counted-yet", "nothing counted yet")
-    return 0 < matched <= limit or say("ch25.they-match-tickets", "they match {matched} tickets; "
-                                       "the aim is 1–{limit}", matched=matched, limit=limit)
 
 
 async def legacy_export(lab: Lab, filters: dict[str, Any], *, user: str = "ben"
