@@ -3,7 +3,7 @@ measurement and fails, with its fix, on one broken item. What is broken here is 
 measurement handed to the verdict (a too-old version, a full server, a refused
 connection), or a real thing made to fail (a kernel that does not exist, a font without
 Chinese, ports all taken); the whole command runs against real servers in
-tests/integration/test_preflight.py."""
+tests/labs/test_preflight_command.py."""
 
 from __future__ import annotations
 
