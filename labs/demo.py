@@ -56,16 +56,24 @@ async def _narrate(lab: Lab, pause: bool, emit: Callable[[str], object]) -> int:
                       f"event); B claimed E2={b['execution_id'][:8]}", task.id)
         await race.a_returns_late()
         lost = next((line for line in lab.logs
-                     if "task.lease_lost" in line and task.id in line), "(no log line)")
+                     if "task.lease_lost" in line and task.id in line), None)
         await step(5, "A comes back late and writes progress with E1: 0 rows matched → "
-                      f"LeaseLost, A stops\n    log: {lost.strip()}", task.id)
+                      f"LeaseLost, A stops\n    log: {(lost or '(no log line)').strip()}",
+                   task.id)
         await race.b_finishes()
     row = await lab.task(task.id)
     await step(6, f"B completes: {row.result_summary}", task.id)
+    # The verdict is read from what happened, not assumed: A's lease_lost line (P3) and
+    # the row COMPLETED with a result (P5); anything else is said, and the exit code is 1.
+    if lost is None or row.status.value != "COMPLETED" or not row.result_csv:
+        emit(f"\nverdict: the race did not end as the book says: A's lease_lost line "
+             f"{'found' if lost else 'missing'}, the row {row.status.value} "
+             f"{'with' if row.result_csv else 'without'} a result")
+        return 1
     lines = row.result_csv.count("\n") - 1
     emit(f"\nverdict: A's write matched 0 rows; B's CSV saved ({lines} rows, "
-        f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
-        "result exists once (P12).")
+         f"execution {b['execution_id'][:8]}). Computation ran twice; the committed "
+         "result exists once (P12).")
     return 0
 
 

@@ -343,8 +343,8 @@ def gather_race(settings: Settings) -> tuple[float, str]:
     started = time.monotonic()
     code = asyncio.run(run_race_demo(settings, emit=said.append))
     verdict = next((s.strip() for s in reversed(said) if "verdict:" in s), "")
-    if code != 0 or not verdict:
-        raise RuntimeError(f"the race ended without its verdict (exit {code})")
+    if code != 0:  # the demo reads its verdict from the row and the log (labs.demo)
+        raise RuntimeError(verdict or f"the race ended without its verdict (exit {code})")
     return time.monotonic() - started, verdict
 
 
