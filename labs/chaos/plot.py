@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,13 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
     it: that task's lease was then replaced, so its executor met LeaseLost). The shaded
     part is where the faults were due. Headless (matplotlib's object API); returns the
     figure, saved to `path` if given."""
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    class ChaosFigure(Figure):
-        def _repr_png_(self) -> bytes:
-            buf = io.BytesIO()
-            self.savefig(buf, format="png")
-            return buf.getvalue()
-
     lanes = [f"w{i + 1}" for i in range(report.config.workers)] + ["redis"]
     y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
-    fonts.use_cjk()  # the Chinese edition's title and legend
-    fig = ChaosFigure(figsize=(12, 2.4 + 0.7 * len(lanes)), dpi=100)
+    # Draws the Chinese edition's title and legend, and shows itself as a PNG.
+    fig = fonts.figure("ChaosFigure", figsize=(12, 2.4 + 0.7 * len(lanes)), dpi=100)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for start, end, lane, kind in report.timeline:
         # Link cuts below the lane's middle, process faults above: both stay visible.
