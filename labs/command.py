@@ -82,10 +82,8 @@ def cmd_preflight(args: argparse.Namespace, resolve: product.SettingsResolver) -
     return 0 if all(c.ok for c in checks) else 1
 
 
-def _learners(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) <= 1000:
-        raise argparse.ArgumentTypeError(f"a number of learners from 1 to 1000, not {text!r}")
-    return int(text)
+#: `--learners`: the product's parser for a bounded number (a one-line usage error).
+_LEARNERS = product.number(int, 1, "a number of learners from 1 to 1000", 1000)
 
 
 def add_preflight(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -93,7 +91,7 @@ def add_preflight(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     pf = sub.add_parser("preflight", help="the instructor's check the evening before: "
                         "servers, kernel, fonts, port, the race, room for N learners")
-    pf.add_argument("--learners", type=_learners, default=1, metavar="N",
+    pf.add_argument("--learners", type=_LEARNERS, default=1, metavar="N",
                     help="size connections and memory for N learners (default 1: this "
                          "laptop alone)")
     pf.add_argument("--lang", choices=i18n.LANGS,
