@@ -27,6 +27,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from devkit import i18n
+from labs import statements
 from labs.history import short
 from labs.i18n import say
 from teamdesk import testing
@@ -302,6 +303,13 @@ async def row(lab: Lab, task_id: str) -> dict[str, Any]:
     """The whole ledger row of one task (`teamdesk.testing.task_row`): compare two of them
     to prove that *nothing at all* changed (P3)."""
     return await testing.task_row(lab.sessions, task_id)
+
+
+async def idle_s(lab: Lab, task_id: str) -> float:
+    """How long the task's `updated_at` has not moved, in seconds — in the database's
+    clock, the one D6's 120 s threshold is measured in."""
+    async with lab.sessions() as s:
+        return float((await statements.run(s, "idle_seconds", {"id": task_id})).scalar_one())
 
 
 async def reminder_effects(lab: Lab, ticket_id: int) -> tuple[int, int, int]:

@@ -42,9 +42,7 @@ from labs.scenes.ch23_exercises import (  # noqa: F401
     judge_recovery_test,
     mark_then_add,
 )
-
-# How long a row's `updated_at` has not moved, in the database's clock (Exercise E reads it).
-from labs.scenes.ch26d import idle_s  # noqa: F401
+from labs.tables import idle_s  # noqa: F401 (the notebooks' cells call chNN.idle_s)
 from labs.worlds import register_cases
 from teamdesk.db.models import BackgroundTask, Priority, Ticket, TicketEvent, TicketStatus
 from teamdesk.tasks.dispatch_loop import DispatchLoop

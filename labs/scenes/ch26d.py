@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from labs import statements
 from labs.cases import CaseSpec
 from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.fences import failed_listener, legacy_failed_listener
@@ -20,6 +19,7 @@ from labs.history import History
 from labs.i18n import listing, say
 from labs.names import Names
 from labs.races import Takeover
+from labs.tables import idle_s  # noqa: F401 (the notebooks' cells call chNN.idle_s)
 from labs.worlds import fresh_world, register_cases
 from teamdesk.tasks.queue import task_job_id
 
@@ -243,13 +243,6 @@ async def late_failure(lab: Lab, *, legacy: bool, filters: dict[str, Any]
 # "running-long" (held at its gate until a later case lets it go, or the lab closes).
 # The notebook names each case's answer by its letter (my_cause_a, solution_rule_c …):
 # `answer` and `solution` tell `check("case.<name>", …)` and the suite those names.
-
-async def idle_s(lab: Lab, task_id: str) -> float:
-    """How long the task's `updated_at` has not moved, in seconds — in the database's
-    clock, the one D6's 120 s threshold is measured in."""
-    async with lab.sessions() as s:
-        return float((await statements.run(s, "idle_seconds", {"id": task_id})).scalar_one())
-
 
 async def _quiet(lab: Lab) -> None:
     """Stop the lab's workers; an executor a gate still holds (a case's frozen one) is let
