@@ -163,9 +163,13 @@ def gather_redis(url: str) -> RedisInfo:
                      int(memory.get("used_memory", 0)), _where(url))
 
 
+def _said(err: BaseException) -> str:
+    """An error's first line as a check shows it, any password in it masked (S2)."""
+    return (redact_text(str(err)).strip().splitlines() or [type(err).__name__])[0]
+
+
 def _unreachable(what: str, where: str, err: BaseException, fix: str) -> Check:
-    first = (redact_text(str(err)).strip().splitlines() or [type(err).__name__])[0]  # S2
-    return Check(what, False, f"cannot connect to {where} ({first})", fix)
+    return Check(what, False, f"cannot connect to {where} ({_said(err)})", fix)
 
 
 def postgres_check(info: PgInfo | BaseException, learners: int, where: str = "") -> Check:
@@ -251,9 +255,8 @@ def _import_harness(km: Any, kc: Any, started: float, timeout: float) -> tuple[f
 
 def kernel_check(measured: tuple[float, float] | BaseException) -> Check:
     if isinstance(measured, BaseException):
-        first = (str(measured).strip().splitlines() or [type(measured).__name__])[0]
         return Check("kernel", False, f"did not start and import the harness "
-                     f"({type(measured).__name__}: {first})",
+                     f"({type(measured).__name__}: {_said(measured)})",
                      "reinstall the lab's packages (`python3 tasklab.py lab`), then run a "
                      "notebook's first cell to see the whole error")
     seconds, mb = measured
@@ -353,8 +356,8 @@ def race_check(measured: tuple[float, str] | BaseException | None) -> Check:
         return Check("takeover race", False, "not run: it needs both servers",
                      "fix the servers above first")
     if isinstance(measured, BaseException):
-        first = (redact_text(str(measured)).strip().splitlines() or [""])[0]
-        return Check("takeover race", False, f"failed ({type(measured).__name__}: {first})",
+        return Check("takeover race", False,
+                     f"failed ({type(measured).__name__}: {_said(measured)})",
                      "run `teamdesk demo race` to see the step where it stops")
     seconds, _ = measured
     return Check("takeover race", True, f"passed in {seconds:.1f} s on this machine "

@@ -72,6 +72,15 @@ def test_a_secret_in_a_connection_error_is_not_shown():
     assert "hunter2secret" not in text and "127.0.0.1:6390" in text
 
 
+def test_every_failed_check_masks_a_secret_its_error_quotes():
+    """S2 for each check that shows an error's text: the kernel's (a harness import that
+    reached Redis) and the race's too, not only the servers'."""
+    err = RuntimeError("Redis at redis://:hunter2secret@127.0.0.1:6390/0 refused")
+    for check in (preflight.kernel_check(err), preflight.race_check(err),
+                  preflight.postgres_check(err, 1, "127.0.0.1:5433")):
+        assert "hunter2secret" not in check.text() and "6390" in check.text(), check.text()
+
+
 def test_a_kernel_that_cannot_start_is_named(tmp_path):
     """A real start of a kernel that does not exist fails fast, and says which."""
     measured = preflight._attempt(lambda: preflight.gather_kernel(tmp_path, "no-such-kernel"))
