@@ -64,7 +64,7 @@ class OrderRuns:
     """What the real runs found out about a learner's step order: with Redis up (`calm`),
     with Redis stopped during the steps (`storm`), and after Redis came back (one real tick
     and a worker). `lost` is the D3 failure: marked dispatched with no job. `stopped` holds
-    the note of a run that ended early (`labs.lab.fresh_world`)."""
+    the note of a run that ended early (`labs.worlds.fresh_world`)."""
 
     calm: list[str] = field(default_factory=list)
     storm: list[str] = field(default_factory=list)

@@ -23,7 +23,7 @@ import psycopg
 from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.i18n import listing, say
 from labs.statements import LAB_QUERIES
-from labs.worlds import world_context
+from labs.worlds import own_world, world_context
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -92,15 +92,15 @@ async def judge_keys(fn: Any, *, lab: Lab, task_id: str) -> Verdict:
     world). Scanned on the shared server, for this lab and for a world opened beside it
     with an export of the same id (two worlds number their tasks alike), whose prefix the
     function is asked for too."""
-    from labs.lab import Lab
-
     if not callable(fn):
         return failed(say("ch27.keys.not-a-function", "write my_pattern(settings, task_id) as a "
                           "function that returns the pattern"))
     mine = await _pattern_of(fn, lab.settings, task_id)
     if isinstance(mine, Verdict):
         return mine
-    async with Lab.open("27-keys-beside", settings=lab.settings, tickets=10) as other:
+    # The harness stages it, so its errors are checked at close (`own_world(check=True)`).
+    async with own_world("27-keys-beside", settings=lab.settings, check=True,
+                         tickets=10) as other:
         theirs = await other.request_export({"status": ["OPEN"]})
         await other.dispatch()
         found = await _matched(lab.redis, mine)
