@@ -17,6 +17,7 @@ from labs import statements
 from labs.chaos.holds import Crossing
 from labs.chaos.plan import EXPORT_TEAM, REMINDER_TEAM
 from labs.chaos.workload import Expected, fingerprint
+from labs.history import short
 from labs.i18n import say
 from teamdesk.db.models import BackgroundTask, TaskStatus, TaskType, Ticket
 from teamdesk.services import exports as export_services
@@ -136,8 +137,8 @@ def clobbered(history: Sequence[Crossing]) -> dict[str, str]:
             found.setdefault(c.task_id, say(
                 "chaos.checker.clobber", "result written by execution {execution} ({worker}) "
                 "over the newer lease {newer} ({newer_worker}, claimed {seconds:.2f} s "
-                "before)", execution=c.execution_id[:8], worker=c.worker,
-                newer=lease.execution_id[:8], newer_worker=lease.worker,
+                "before)", execution=short(c.execution_id), worker=c.worker,
+                newer=short(lease.execution_id), newer_worker=lease.worker,
                 seconds=c.t - lease.t))
     return found
 
@@ -200,7 +201,7 @@ def _check_rows(tasks: Sequence[BackgroundTask], expected: Expected) -> list[Vio
         if t.execution_id is not None:
             v.append(Violation(Invariant.TERMINAL, t.id, say(
                 "chaos.checker.leased", "{status} but still leased ({execution})",
-                status=t.status.value, execution=t.execution_id[:8])))
+                status=t.status.value, execution=short(t.execution_id))))
         if t.status == TaskStatus.COMPLETED and t.progress != 100:
             v.append(Violation(Invariant.TERMINAL, t.id, say(
                 "chaos.checker.progress", "COMPLETED with progress {progress}",

@@ -27,6 +27,7 @@ from labs.chaos.plan import STRIKE_EXPORT
 from labs.chaos.report import ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import create
+from labs.history import short
 from labs.i18n import say
 from labs.procs import WorkerProc
 from labs.timings import CHAOS_WORKER
@@ -256,7 +257,7 @@ class Driver:
                 # has the task now: let it go on and wait for the next one.
                 self.note(say("chaos.driver.lapsed", "{worker} held {task}, no longer RUNNING "
                               "under {execution}; waiting for another", worker=found.worker,
-                              task=found.task_id, execution=found.execution_id[:8]))
+                              task=found.task_id, execution=short(found.execution_id)))
                 holds.release(found.worker, found.token)
                 tokens[self._index(found.worker)] = holds.arm(found.worker, exclude=exclude)
         finally:
@@ -307,10 +308,10 @@ class Driver:
     def _what(held: Held, strike: Strike) -> str:
         if strike.on_running:
             return say("chaos.driver.holding", "holding {task} (execution {execution}, "
-                       "RUNNING)", task=held.task_id, execution=held.execution_id[:8])
+                       "RUNNING)", task=held.task_id, execution=short(held.execution_id))
         return say("chaos.driver.holding-not-running", "holding {task} (execution "
                    "{execution}, no longer RUNNING)", task=held.task_id,
-                   execution=held.execution_id[:8])
+                   execution=short(held.execution_id))
 
     @staticmethod
     def _lease(strike: Strike) -> str:
@@ -485,7 +486,7 @@ class Driver:
             e2 = await self.holds.reached(list(tokens), tokens, ev.hold + 8.0)
             strike.lease_after = "taken over" if e2 is not None else "kept"
             self.note(say("chaos.driver.e2", "E2 {execution} on {worker} took {task} over, "
-                          "held between two batches", execution=e2.execution_id[:8],
+                          "held between two batches", execution=short(e2.execution_id),
                           worker=e2.worker, task=held.task_id) if e2 else
                       say("chaos.driver.no-e2", "nobody took {task} over within the bound",
                           task=held.task_id))
@@ -517,7 +518,7 @@ class Driver:
             return any(c.kind == "result" and c.execution_id == held.execution_id
                        and c.task_id == held.task_id for c in read_history(folder))
         try:
-            await wait_until(landed, timeout, f"a result of {held.execution_id[:8]}")
+            await wait_until(landed, timeout, f"a result of {short(held.execution_id)}")
             return True
         except TimeoutError:
             return False

@@ -16,6 +16,7 @@ from labs.chaos.holds import Crossing
 from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import Expected
+from labs.history import short
 from labs.i18n import say
 from labs.learn import shown
 from labs.timings import CHAOS_WORKER, describe
@@ -174,7 +175,7 @@ class ChaosReport:
                 "struck_s": round(st.at, 2) if st else None,
                 "held_by": (st.worker or "") if st else "",
                 "task": (st.task_id or "") if st else "",
-                "execution": (st.execution_id or "")[:8] if st else "",
+                "execution": short(st.execution_id) if st else "",
                 "on_RUNNING": st.on_running if st else False,
                 "lease_after": (st.lease_after or "") if st else "missed"})
         return rows

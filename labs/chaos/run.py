@@ -28,6 +28,7 @@ from labs.chaos.plan import DEMOTED, Spec, make_plan
 from labs.chaos.report import ChaosReport, print_header, print_summary
 from labs.chaos.schedule import FaultEvent, make_schedule
 from labs.chaos.workload import Expected, prepare
+from labs.history import short
 from labs.i18n import listing, say
 from labs.private_redis import PrivateRedis, PrivateRedisError
 from labs.procs import stop_all, wait_heartbeats
@@ -214,7 +215,7 @@ async def _stuck(driver: Driver) -> list[str]:
         for r, state in zip(rows, states, strict=True):
             lines.append(say("chaos.run.open-task", "open task {task}: {status} lease={lease} "
                              "dispatched_at={dispatched} updated_at={updated} queue={state}",
-                             task=r[0], status=r[2].value, lease=(r[3] or "-")[:8],
+                             task=r[0], status=r[2].value, lease=short(r[3]) or "-",
                              dispatched=r[4], updated=r[5], state=state or "-"))
     except Exception as err:
         lines.append(say("chaos.run.no-queue", "could not inspect the queue: {error!r}",
