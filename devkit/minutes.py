@@ -143,7 +143,7 @@ def estimate(cells: list[dict[str, Any]], name: str, *, course_map: str | None =
     listed = course_map_exercises(course_map if course_map is not None
                                   else COURSE_MAP.read_text(encoding="utf-8"))
     seconds = measured_seconds(name) if seconds is None else seconds
-    sections = _sections(cells)
+    sections = parts(cells)
     # An exercise the course map marks optional takes its own section ("## 练习 B") along.
     optional_sections = {
         sections[i][0] for i, cell in enumerate(cells) if "exercise" in _tags(cell)
@@ -172,7 +172,7 @@ def estimate(cells: list[dict[str, Any]], name: str, *, course_map: str | None =
     return result
 
 
-def _sections(cells: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
+def parts(cells: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
     """For each cell: (its section's number, the section's heading line, "main" or
     "optional"). A section opens at a heading and runs to the next heading of the same or
     a higher level; the optional part runs from its `## 选读` heading to the recap (小结)

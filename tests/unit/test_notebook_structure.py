@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit import minutes
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("split_headings",
                                                ROOT / "scripts" / "split_headings.py")
@@ -162,16 +164,14 @@ def unannounced(cells: list[dict]) -> list[str]:
     before "：" or "(": "§2 源码节选 ↔ Python", "练习 D"). A part that opens where the core
     path ends ("The core path ends here") moved nothing, and needs no pointer."""
     texts = ["".join(c["source"]) for c in cells]
-    start = next((i for i, t in enumerate(texts) if t.startswith("## 选读")), None)
-    if start is None or "The core path ends here" in texts[start]:
+    # Where the optional part runs: the minutes model's own reading (devkit.minutes.parts).
+    optional = [i for i, (_, _, part) in enumerate(minutes.parts(cells)) if part == "optional"]
+    if not optional or "The core path ends here" in texts[optional[0]]:
         return []
-    pointers = " ".join(t for t in texts[:start] if t.startswith(POINTER))
-    keys = []
-    for cell, text in zip(cells[start + 1:], texts[start + 1:], strict=True):
-        if "recap" in cell["metadata"].get("tags", []) or text.startswith("## 收尾"):
-            break
-        if cell["cell_type"] == "markdown" and text.startswith("#"):
-            keys.append(re.split(r"[：(]", text.splitlines()[0].lstrip("# "))[0].strip())
+    pointers = " ".join(t for t in texts[:optional[0]] if t.startswith(POINTER))
+    keys = [re.split(r"[：(]", texts[i].splitlines()[0].lstrip("# "))[0].strip()
+            for i in optional[1:] if cells[i]["cell_type"] == "markdown"
+            and texts[i].startswith("#")]
     return [key for key in keys if key not in pointers]
 
 
