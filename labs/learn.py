@@ -27,15 +27,13 @@ states, task names and rule ids are identifiers: they stay as they are in both e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from devkit.i18n import Call
-from devkit.i18n import lang as edition
 from labs.exercises import Verdict, failed, not_attempted, passed
-from labs.i18n import CATALOGUE, say
+from labs.i18n import made_key, say, translated
 
 #: The notebooks' answers given in words, by their English (see the module docstring).
 WORDS: tuple[str, ...] = (
@@ -54,19 +52,17 @@ WORDS: tuple[str, ...] = (
 
 
 def answer_key(answer: str) -> str:
-    """The catalogue key of an answer's Chinese: `answer.` and the English in lower case,
-    each run of other characters than letters and digits a dash."""
-    return "answer." + re.sub(r"[^a-z0-9]+", "-", answer.lower()).strip("-")
+    """The catalogue key of an answer's Chinese (`answer.` and the English, `made_key`)."""
+    return made_key("answer", answer)
 
 
 def forms(answer: str, lang: str | None = None) -> list[str]:
     """The ways a learner may write `answer` in the edition (or `lang`): in Chinese the
     catalogue's forms, then the English; in English the English alone."""
-    lang = lang or edition()
-    found = CATALOGUE.messages(lang).get(answer_key(answer)) if lang != "en" else None
+    found = translated(answer_key(answer), lang)
     if found is None:
         return [answer]
-    return [*(line.strip() for line in found.text.splitlines() if line.strip()), answer]
+    return [*(line.strip() for line in found.splitlines() if line.strip()), answer]
 
 
 def shown(answer: Any) -> Any:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -52,9 +51,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devkit.i18n import Call
-from devkit.i18n import lang as edition
 from labs import rewind
-from labs.i18n import CATALOGUE, say
+from labs.i18n import made_key, say, translated
 from labs.rewind import MARKER
 
 if TYPE_CHECKING:
@@ -62,20 +60,15 @@ if TYPE_CHECKING:
 
 
 def step_key(name: str) -> str:
-    """The catalogue key of step `name`'s title: `step.` and the name in lower case, each
-    run of other characters than letters and digits a dash."""
-    return "step." + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    """The catalogue key of step `name`'s title (`step.` and the name, `made_key`)."""
+    return made_key("step", name)
 
 
 def title(name: str) -> str:
     """Step `name` as the learner reads it (see the module docstring): in the Chinese
     edition the catalogue's title, or the name itself when the catalogue has none (a step
     a learner wrote into their copy); in English the name."""
-    lang = edition()
-    if lang == "en":
-        return name
-    found = CATALOGUE.messages(lang).get(step_key(name))
-    return found.text if found is not None else name
+    return translated(step_key(name)) or name
 
 
 def _spaced(text: str) -> str:

@@ -9,11 +9,29 @@ book's own Chinese words (a fault's name, a test's title), the call asks for the
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from devkit.i18n import Catalogue, listing
+from devkit.i18n import lang as edition
 
 CATALOGUE = Catalogue(Path(__file__).parent)
 say = CATALOGUE.say
 
-__all__ = ["CATALOGUE", "listing", "say"]
+
+def made_key(prefix: str, english: str) -> str:
+    """The catalogue key of a text whose key is made from it (a step's title, a word
+    answer): `prefix`, a dot, the English in lower case with each run of other characters
+    than letters and digits a dash."""
+    return f"{prefix}." + re.sub(r"[^a-z0-9]+", "-", english.lower()).strip("-")
+
+
+def translated(key: str, lang: str | None = None) -> str | None:
+    """The catalogue's text for `key` in the edition (or `lang`); None in English, or
+    where the catalogue has none (a step a learner wrote into their copy)."""
+    lang = lang or edition()
+    found = CATALOGUE.messages(lang).get(key) if lang != "en" else None
+    return found.text if found is not None else None
+
+
+__all__ = ["CATALOGUE", "listing", "made_key", "say", "translated"]
