@@ -58,6 +58,7 @@ import nbformat
 
 from devkit import services
 from devkit.copies import PRESENTER_TAG
+from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the site goes (git-ignored): `index.html`, `en/`, `zh/`.
@@ -256,8 +257,8 @@ def kept_run(path: Path, key: str) -> nbformat.NotebookNode | None:
 
 def _failure(name: str, err: BaseException) -> SiteError:
     """One line for a 中文 run that failed: which notebook, which cell (its first line, as
-    nbclient quotes it), what it raised."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+    nbclient quotes it), what it raised; a URL's password masked (S2)."""
+    text = redact_text(re.sub(r"\x1b\[[0-9;]*m", "", str(err))).strip().splitlines()
     error = next((line for line in reversed(text) if re.match(r"^\w*(Error|Exception)", line)),
                  text[-1] if text else type(err).__name__)
     rules = [k for k, line in enumerate(text) if set(line) == {"-"}]
@@ -532,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[site] error: {err.problem}\n[site] fix: {err.fix}", file=sys.stderr)
         return 1
     except services.ServiceError as err:
-        print(f"[site] error: the embedded servers for the 中文 runs: {err}", file=sys.stderr)
+        print(f"[site] error: the embedded servers for the 中文 runs: {redact_text(str(err))}",
+              file=sys.stderr)  # S2
         return 1
     except KeyboardInterrupt:
         print("[site] interrupted; the runs that finished are kept for the next build",

@@ -111,6 +111,22 @@ def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     assert not (tmp_path / "runs" / "24-reminders.ipynb").exists()
 
 
+def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
+    """S2: a 中文 run that failed on a URL with a password, and an error of the embedded
+    servers, come out with the password masked."""
+    err = RuntimeError("---\nbus.ping()\n---\n"
+                       "ConnectionError: cannot reach redis://:hunter2@localhost:6390/0")
+    failed = site._failure("24-reminders", err)
+    assert "redis://:" in failed.problem and "hunter2" not in failed.problem
+
+    def down(**kwargs):
+        raise site.services.ServiceError("postgresql://lab:hunter2@localhost:5433/lab refused")
+    monkeypatch.setattr(site, "build", down)
+    assert site.main(["--only", "24-reminders"]) == 1
+    out = capsys.readouterr().err
+    assert "postgresql://lab:" in out and "hunter2" not in out
+
+
 def test_an_unknown_notebook_is_one_line(capsys):
     assert site.main(["--only", "99-nope"]) == 1
     err = capsys.readouterr().err
