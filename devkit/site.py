@@ -57,7 +57,7 @@ from typing import Any
 import nbformat
 
 from devkit import services
-from devkit.copies import PRESENTER_TAG
+from devkit.copies import PRESENTER_TAG, source_notebooks
 from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def editions(root: Path = ROOT) -> dict[str, Edition]:
 
 def chapters(root: Path = ROOT) -> list[str]:
     """The chapter notebooks' names (`23-outbox`, …), in the course's order."""
-    return sorted(p.stem for p in (root / "notebooks").glob("[0-9]*.ipynb"))
+    return [p.stem for p in source_notebooks(root)]
 
 
 # --- Staging: each edition's sources, laid out as its site --------------------------------
@@ -301,11 +301,10 @@ def _hold_in(folder: Path) -> None:
             os.environ["TEAMDESK_DATA_DIR"] = saved
 
 
-def _zh_source(eds: dict[str, Edition], name: str) -> Path:
-    """A 中文 notebook; one not translated yet is run from its English text, the lab's own
-    words in 中文 all the same."""
-    path = eds["zh"].notebooks / f"{name}.ipynb"
-    return path if path.exists() else eds["en"].notebooks / f"{name}.ipynb"
+def _zh_sources(root: Path = ROOT) -> dict[str, Path]:
+    """The 中文 notebooks by name; one not translated yet is run from its English text, the
+    lab's own words in 中文 all the same."""
+    return {p.stem: p for p in source_notebooks(root, "zh")}
 
 
 def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Callable[[str], None],
@@ -315,11 +314,12 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
     (of those, only the ones in `only` when it is given), `len(lanes)` at a time, each lane
     on the servers of its folder (`hold` starts them)."""
     eds = editions()
+    zh = _zh_sources()
     inputs = run_inputs_digest()
     done: dict[str, nbformat.NotebookNode] = {}
     todo: list[tuple[str, Path, str]] = []
     for name in names:
-        source = _zh_source(eds, name)
+        source = zh[name]
         key = run_key(source, inputs)
         kept = kept_run(cache / f"{name}.ipynb", key)
         if kept is not None:
@@ -483,12 +483,13 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
 
     names = chapters()
     eds = editions()
+    zh = _zh_sources()
     if lanes is None:
         lanes = [Path(f"{services.data_dir()}-site{k}") for k in range(LANES)]
     zh_runs = run_zh(names, work / "zh-run", lanes, progress, only=run)
     sources = {
         "en": {n: nbformat.read(eds["en"].notebooks / f"{n}.ipynb", as_version=4) for n in names},
-        "zh": {n: zh_runs.get(n) or nbformat.read(_zh_source(eds, n), as_version=4)
+        "zh": {n: zh_runs.get(n) or nbformat.read(zh[n], as_version=4)
                for n in names},
     }
     where = checkout_map(eds, names)
