@@ -57,7 +57,7 @@ from typing import Any
 import nbformat
 
 from devkit import services
-from devkit.copies import PRESENTER_TAG, source_notebooks
+from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks
 from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -515,21 +515,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "_site/ (the 中文 notebooks are run; a second build reruns only what changed).")
     parser.add_argument("--out", type=Path, default=OUT, help="where the site goes (_site/)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these 中文 notebooks (e.g. 23-outbox); the other 中文 "
-                             "pages show their last run if it is still current, else their "
-                             "code without outputs")
+                        help="run only these 中文 notebooks (23-outbox, or 23); the other "
+                             "中文 pages show their last run if it is still current, else "
+                             "their code without outputs")
     args = parser.parse_args(argv)
 
     def report(msg: str) -> None:
         print(f"[site] {msg}", flush=True)
 
     try:
-        known = chapters()
-        unknown = [n for n in args.only or [] if n not in known]
-        if unknown:
-            raise SiteError(f"no chapter notebook named {', '.join(unknown)}",
-                            f"name one of: {' '.join(known)}")
-        built = build(out=args.out.resolve(), run=args.only, report=report)
+        try:
+            only = None if args.only is None else [
+                p.stem for p in resolve_names(ROOT, args.only)]
+        except ValueError as unknown:
+            problem, _, fix = str(unknown).partition("; ")
+            raise SiteError(problem, fix) from None
+        built = build(out=args.out.resolve(), run=only, report=report)
     except SiteError as err:
         print(f"[site] error: {err.problem}\n[site] fix: {err.fix}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ the course's pages, what a notebook page shows, the 中文 runs kept between bui
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -127,10 +128,21 @@ def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
     assert "postgresql://lab:" in out and "hunter2" not in out
 
 
+def test_only_takes_a_short_name_as_the_other_commands_do(monkeypatch):
+    """`--only 23` runs 23-outbox, as `teamdesk slides 26b` and `copies --fresh 26b` read
+    a chapter's number."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(site, "build", lambda out, run, report: asked.append(run)
+                        or SimpleNamespace(unrun=[]))
+    assert site.main(["--only", "23", "24-reminders.ipynb"]) == 0
+    assert asked == [["23-outbox", "24-reminders"]]
+
+
 def test_an_unknown_notebook_is_one_line(capsys):
     assert site.main(["--only", "99-nope"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("[site] error: no chapter notebook named 99-nope")
+    assert err.startswith("[site] error: no notebook '99-nope'")
+    assert "\n[site] fix: choose one of 00, 23," in err
     assert "Traceback" not in err
 
 
