@@ -22,12 +22,15 @@ def where():
 
 
 def test_links_within_an_edition_name_the_staged_page(where):
-    """The English kit's link to the class servers and the course map stay in the English
-    site, as relative paths Sphinx resolves (and warns on, failing the build, if wrong)."""
+    """The English kit's links to the rules and a chapter, written from docs/teaching/,
+    become paths from the staged page (teaching/ under the site's root), as Sphinx resolves
+    them (and warns on, failing the build, if wrong); the course map's stays as it is."""
     readme = ROOT / "docs" / "teaching" / "README.md"
-    text = "[`course-map.md`](course-map.md) and [`../classroom.md`](../classroom.md#top)"
+    text = ("[`course-map.md`](course-map.md), [rules](../../RULES.md#s2) and "
+            "[23](../../notebooks/23-outbox.ipynb)")
     out = site.relink(text, readme, "en", where, "teaching/README")
-    assert out == "[`course-map.md`](course-map.md) and [`../classroom.md`](../classroom.md#top)"
+    assert out == ("[`course-map.md`](course-map.md), [rules](../RULES.md#s2) and "
+                   "[23](../notebooks/23-outbox.ipynb)")
     rules = ROOT / "RULES.md"
     assert site.relink("[kit](docs/teaching/README.md)", rules, "en", where, "RULES") == (
         "[kit](teaching/README.md)")
