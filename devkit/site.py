@@ -460,7 +460,6 @@ class Built:
     out: Path
     #: Pages per edition (Sphinx docnames).
     pages: dict[str, set[str]]
-    seconds: float
     #: 中文 notebooks shown without outputs (a partial build's; none in a full one).
     unrun: list[str]
 
@@ -502,7 +501,7 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
         progress(f"building the {ed.label} pages (Sphinx) …")
         mirror(sphinx(ed, work, twins), out / lang)
     _write_if_changed(out / "index.html", (CONF / "root.html").read_bytes())
-    built = Built(out, docs, time.monotonic() - start, [n for n in names if n not in zh_runs])
+    built = Built(out, docs, [n for n in names if n not in zh_runs])
     progress(f"site ready: {out / 'index.html'} ({built.size() / 1e6:.1f} MB)")
     return built
 
