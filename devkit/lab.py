@@ -101,9 +101,7 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     # Before anything starts: a port in use fails at once, not after the services.
     port = str(choose_port(int(given) if given else None))
     # The learner's copies first: a misspelt --fresh name fails before anything starts.
-    report = (copies.fresh_copies(root, args.fresh, lang) if args.fresh
-              else copies.ensure_copies(root, lang))
-    print(copies.describe(report, root, lang))
+    _make_copies(root, args, lang)
     print("starting services (embedded PostgreSQL + Redis unless DATABASE_URL/REDIS_URL set)…")
     settings = resolve()
     upgrade(settings.database_url)
@@ -122,12 +120,9 @@ def cmd_lab(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     # S1: the token goes through the environment (JUPYTER_TOKEN), not argv, which `ps`
     # shows to every local account.
     token = secrets.token_hex(16)
-    mine = copies.learner_dir(root, lang).relative_to(root)
     other = "en" if lang == "zh" else "zh"
     edition = i18n.say("lab.edition", "English", lang=lang)  # the edition in its own words
-    print(f"lab root {root}: your notebooks ({edition}) are "
-          f"in {mine}/ (yours to edit); notebooks/ shows a finished run, read-only; "
-          f"--lang {other} opens the other edition")
+    print(f"lab root {root} ({edition}); --lang {other} opens the other edition")
     print(f"open http://127.0.0.1:{port}/lab/tree/{start_notebook(lang)}?token={token}")
     print("Ctrl-C stops JupyterLab and releases the services")
 
@@ -160,14 +155,20 @@ def cmd_copies(args: argparse.Namespace, resolve: SettingsResolver) -> int:
     root = Path(args.root).resolve() if args.root else project_dir()
     if not (root / "notebooks").is_dir():
         raise ValueError(f"{root} has no notebooks/ folder: give the lab's root with --root")
-    lang = args.lang or lab_lang(os.environ)
+    _make_copies(root, args, args.lang or lab_lang(os.environ))
+    return 0
+
+
+def _make_copies(root: Path, args: argparse.Namespace, lang: str) -> None:
+    """The learner's copies of edition `lang` in `root`: the `--fresh` ones made anew, else
+    all made or brought up to date; then what was done and where they are, in `lang`. The
+    first step of `teamdesk lab` and all of `teamdesk copies`."""
     report = (copies.fresh_copies(root, args.fresh, lang) if args.fresh
               else copies.ensure_copies(root, lang))
     print(copies.describe(report, root, lang))
     print(i18n.say("lab.copies.where", "work in {where}/ (yours to edit); notebooks/ holds a "
                    "finished run and is CI's, read-only", lang=lang,
                    where=copies.learner_dir(root, lang).relative_to(root)))
-    return 0
 
 
 def _add_copies_args(parser: argparse.ArgumentParser, edition: str) -> None:

@@ -57,7 +57,8 @@ from typing import Any
 import nbformat
 
 from devkit import services
-from devkit.copies import PRESENTER_TAG
+from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks
+from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the site goes (git-ignored): `index.html`, `en/`, `zh/`.
@@ -118,7 +119,7 @@ def editions(root: Path = ROOT) -> dict[str, Edition]:
 
 def chapters(root: Path = ROOT) -> list[str]:
     """The chapter notebooks' names (`23-outbox`, …), in the course's order."""
-    return sorted(p.stem for p in (root / "notebooks").glob("[0-9]*.ipynb"))
+    return [p.stem for p in source_notebooks(root)]
 
 
 # --- Staging: each edition's sources, laid out as its site --------------------------------
@@ -256,8 +257,8 @@ def kept_run(path: Path, key: str) -> nbformat.NotebookNode | None:
 
 def _failure(name: str, err: BaseException) -> SiteError:
     """One line for a 中文 run that failed: which notebook, which cell (its first line, as
-    nbclient quotes it), what it raised."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+    nbclient quotes it), what it raised; a URL's password masked (S2)."""
+    text = redact_text(re.sub(r"\x1b\[[0-9;]*m", "", str(err))).strip().splitlines()
     error = next((line for line in reversed(text) if re.match(r"^\w*(Error|Exception)", line)),
                  text[-1] if text else type(err).__name__)
     rules = [k for k, line in enumerate(text) if set(line) == {"-"}]
@@ -300,11 +301,10 @@ def _hold_in(folder: Path) -> None:
             os.environ["TEAMDESK_DATA_DIR"] = saved
 
 
-def _zh_source(eds: dict[str, Edition], name: str) -> Path:
-    """A 中文 notebook; one not translated yet is run from its English text, the lab's own
-    words in 中文 all the same."""
-    path = eds["zh"].notebooks / f"{name}.ipynb"
-    return path if path.exists() else eds["en"].notebooks / f"{name}.ipynb"
+def _zh_sources(root: Path = ROOT) -> dict[str, Path]:
+    """The 中文 notebooks by name; one not translated yet is run from its English text, the
+    lab's own words in 中文 all the same."""
+    return {p.stem: p for p in source_notebooks(root, "zh")}
 
 
 def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Callable[[str], None],
@@ -314,11 +314,12 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
     (of those, only the ones in `only` when it is given), `len(lanes)` at a time, each lane
     on the servers of its folder (`hold` starts them)."""
     eds = editions()
+    zh = _zh_sources()
     inputs = run_inputs_digest()
     done: dict[str, nbformat.NotebookNode] = {}
     todo: list[tuple[str, Path, str]] = []
     for name in names:
-        source = _zh_source(eds, name)
+        source = zh[name]
         key = run_key(source, inputs)
         kept = kept_run(cache / f"{name}.ipynb", key)
         if kept is not None:
@@ -459,7 +460,6 @@ class Built:
     out: Path
     #: Pages per edition (Sphinx docnames).
     pages: dict[str, set[str]]
-    seconds: float
     #: 中文 notebooks shown without outputs (a partial build's; none in a full one).
     unrun: list[str]
 
@@ -482,12 +482,13 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
 
     names = chapters()
     eds = editions()
+    zh = _zh_sources()
     if lanes is None:
         lanes = [Path(f"{services.data_dir()}-site{k}") for k in range(LANES)]
     zh_runs = run_zh(names, work / "zh-run", lanes, progress, only=run)
     sources = {
         "en": {n: nbformat.read(eds["en"].notebooks / f"{n}.ipynb", as_version=4) for n in names},
-        "zh": {n: zh_runs.get(n) or nbformat.read(_zh_source(eds, n), as_version=4)
+        "zh": {n: zh_runs.get(n) or nbformat.read(zh[n], as_version=4)
                for n in names},
     }
     where = checkout_map(eds, names)
@@ -500,7 +501,7 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
         progress(f"building the {ed.label} pages (Sphinx) …")
         mirror(sphinx(ed, work, twins), out / lang)
     _write_if_changed(out / "index.html", (CONF / "root.html").read_bytes())
-    built = Built(out, docs, time.monotonic() - start, [n for n in names if n not in zh_runs])
+    built = Built(out, docs, [n for n in names if n not in zh_runs])
     progress(f"site ready: {out / 'index.html'} ({built.size() / 1e6:.1f} MB)")
     return built
 
@@ -513,26 +514,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "_site/ (the 中文 notebooks are run; a second build reruns only what changed).")
     parser.add_argument("--out", type=Path, default=OUT, help="where the site goes (_site/)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these 中文 notebooks (e.g. 23-outbox); the other 中文 "
-                             "pages show their last run if it is still current, else their "
-                             "code without outputs")
+                        help="run only these 中文 notebooks (23-outbox, or 23); the other "
+                             "中文 pages show their last run if it is still current, else "
+                             "their code without outputs")
     args = parser.parse_args(argv)
 
     def report(msg: str) -> None:
         print(f"[site] {msg}", flush=True)
 
     try:
-        known = chapters()
-        unknown = [n for n in args.only or [] if n not in known]
-        if unknown:
-            raise SiteError(f"no chapter notebook named {', '.join(unknown)}",
-                            f"name one of: {' '.join(known)}")
-        built = build(out=args.out.resolve(), run=args.only, report=report)
+        try:
+            only = None if args.only is None else [
+                p.stem for p in resolve_names(ROOT, args.only)]
+        except ValueError as unknown:
+            problem, _, fix = str(unknown).partition("; ")
+            raise SiteError(problem, fix) from None
+        built = build(out=args.out.resolve(), run=only, report=report)
     except SiteError as err:
         print(f"[site] error: {err.problem}\n[site] fix: {err.fix}", file=sys.stderr)
         return 1
     except services.ServiceError as err:
-        print(f"[site] error: the embedded servers for the 中文 runs: {err}", file=sys.stderr)
+        print(f"[site] error: the embedded servers for the 中文 runs: {redact_text(str(err))}",
+              file=sys.stderr)  # S2
         return 1
     except KeyboardInterrupt:
         print("[site] interrupted; the runs that finished are kept for the next build",

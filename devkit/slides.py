@@ -65,8 +65,6 @@ _REMOTE_IMPORT = re.compile(r"""@import\s+(?:url\()?["']?https?://[^;]*;""")
 class Deck:
     """One built deck."""
 
-    #: The notebook it was built from.
-    notebook: Path
     #: The HTML file written.
     html: Path
     #: Slides across (reveal.js's horizontal sections) and pages in all (with the ones below).
@@ -104,11 +102,11 @@ def notes_with_their_page(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out + waiting
 
 
-def hold_answers(cells: list[dict[str, Any]]) -> int:
+def hold_answers(cells: list[dict[str, Any]]) -> None:
     """Make the cell after each `predict` cell (the scene that answers it, when it shares
     the question's page) a fragment: the stored answer shows on the next key press, not
-    with the question. Returns how many were held."""
-    held, waiting = 0, False
+    with the question."""
+    waiting = False
     for cell in cells:
         kind = _slide_type(cell)
         if "predict" in cell.get("metadata", {}).get("tags", []):
@@ -117,9 +115,7 @@ def hold_answers(cells: list[dict[str, Any]]) -> int:
             if kind == "-":
                 cell.setdefault("metadata", {}).setdefault("slideshow", {})[
                     "slide_type"] = "fragment"
-                held += 1
             waiting = False
-    return held
 
 
 def outline(cells: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
@@ -271,4 +267,4 @@ def build(project: Path, notebook: Path, out_dir: Path | None = None) -> Deck:
     target.write_text(html, encoding="utf-8")
     slides, pages, notes = outline(nb.cells)
     stored = any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    return Deck(notebook, target, slides, pages, notes, stored)
+    return Deck(target, slides, pages, notes, stored)

@@ -5,6 +5,7 @@ the course's pages, what a notebook page shows, the 中文 runs kept between bui
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -21,12 +22,15 @@ def where():
 
 
 def test_links_within_an_edition_name_the_staged_page(where):
-    """The English kit's link to the class servers and the course map stay in the English
-    site, as relative paths Sphinx resolves (and warns on, failing the build, if wrong)."""
+    """The English kit's links to the rules and a chapter, written from docs/teaching/,
+    become paths from the staged page (teaching/ under the site's root), as Sphinx resolves
+    them (and warns on, failing the build, if wrong); the course map's stays as it is."""
     readme = ROOT / "docs" / "teaching" / "README.md"
-    text = "[`course-map.md`](course-map.md) and [`../classroom.md`](../classroom.md#top)"
+    text = ("[`course-map.md`](course-map.md), [rules](../../RULES.md#s2) and "
+            "[23](../../notebooks/23-outbox.ipynb)")
     out = site.relink(text, readme, "en", where, "teaching/README")
-    assert out == "[`course-map.md`](course-map.md) and [`../classroom.md`](../classroom.md#top)"
+    assert out == ("[`course-map.md`](course-map.md), [rules](../RULES.md#s2) and "
+                   "[23](../notebooks/23-outbox.ipynb)")
     rules = ROOT / "RULES.md"
     assert site.relink("[kit](docs/teaching/README.md)", rules, "en", where, "RULES") == (
         "[kit](teaching/README.md)")
@@ -111,10 +115,37 @@ def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     assert not (tmp_path / "runs" / "24-reminders.ipynb").exists()
 
 
+def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
+    """S2: a 中文 run that failed on a URL with a password, and an error of the embedded
+    servers, come out with the password masked."""
+    err = RuntimeError("---\nbus.ping()\n---\n"
+                       "ConnectionError: cannot reach redis://:hunter2@localhost:6390/0")
+    failed = site._failure("24-reminders", err)
+    assert "redis://:" in failed.problem and "hunter2" not in failed.problem
+
+    def down(**kwargs):
+        raise site.services.ServiceError("postgresql://lab:hunter2@localhost:5433/lab refused")
+    monkeypatch.setattr(site, "build", down)
+    assert site.main(["--only", "24-reminders"]) == 1
+    out = capsys.readouterr().err
+    assert "postgresql://lab:" in out and "hunter2" not in out
+
+
+def test_only_takes_a_short_name_as_the_other_commands_do(monkeypatch):
+    """`--only 23` runs 23-outbox, as `teamdesk slides 26b` and `copies --fresh 26b` read
+    a chapter's number."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(site, "build", lambda out, run, report: asked.append(run)
+                        or SimpleNamespace(unrun=[]))
+    assert site.main(["--only", "23", "24-reminders.ipynb"]) == 0
+    assert asked == [["23-outbox", "24-reminders"]]
+
+
 def test_an_unknown_notebook_is_one_line(capsys):
     assert site.main(["--only", "99-nope"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("[site] error: no chapter notebook named 99-nope")
+    assert err.startswith("[site] error: no notebook '99-nope'")
+    assert "\n[site] fix: choose one of 00, 23," in err
     assert "Traceback" not in err
 
 

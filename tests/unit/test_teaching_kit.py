@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+from devkit.minutes import header_figures
 from tests.unit.test_notebook_structure import _top_level_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,15 +68,14 @@ def test_the_optional_tracks_take_what_each_notebook_says() -> None:
     tracks = TRACK.findall(text[text.index("**Optional tracks**"):])
     assert len(tracks) == 5, tracks
     for name, minutes in tracks:
-        cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
-        said = re.search(r"About (\d+) minutes", "".join(cells["cells"][1]["source"]))
-        assert said and said.group(1) == minutes, f"{name}: workshop {minutes}, notebook {said}"
+        said = _header_minutes(ROOT / "notebooks" / f"{name}.ipynb")
+        assert said == int(minutes), f"{name}: workshop {minutes}, notebook {said}"
 
 
-def _header_minutes(path: Path) -> str | None:
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    said = re.search(r"About (\d+) minutes", "".join(cells[1]["source"]))
-    return said.group(1) if said else None
+def _header_minutes(path: Path) -> int | None:
+    """The main part's minutes, as the notebook's header says them (`header_figures`)."""
+    figures = header_figures(json.loads(path.read_text(encoding="utf-8"))["cells"])
+    return figures[0] if figures else None
 
 
 def test_the_plan_shows_what_each_core_notebook_takes_alone() -> None:
@@ -86,4 +86,4 @@ def test_the_plan_shows_what_each_core_notebook_takes_alone() -> None:
     assert {nb for nb, _ in alone} == {"00", "23", "26a", "26b", "26c", "26d"}, alone
     for nb, minutes in alone:
         said = _header_minutes(_notebook(nb))
-        assert said == minutes, f"{nb}: the plan says {minutes} min alone, the notebook {said}"
+        assert said == int(minutes), f"{nb}: the plan says {minutes} min alone, the notebook {said}"

@@ -73,18 +73,22 @@ def project(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_copies_makes_the_learners_copies_without_services(project: Path, capsys):
-    """`teamdesk copies --lang zh`: the 中文 copies in my-notebooks/zh/, no output stored
-    in any, the report in Chinese with where to work; no service started, nothing
-    written into notebooks/."""
+    """`teamdesk copies --lang zh`: the 中文 copies in my-notebooks/zh/, the report in
+    Chinese with where to work; `--lang en`: the English copies, no output stored in any
+    (their sources store them); no service started, nothing written into notebooks/."""
     before = {p: p.read_bytes() for p in (project / "notebooks").rglob("*") if p.is_file()}
     assert cli.main(["copies", "--root", str(project), "--lang", "zh"]) == 0
     out = capsys.readouterr().out
     made = sorted(p.name for p in (project / "my-notebooks" / "zh").glob("*.ipynb"))
     assert made == [s.name for s in copies.source_notebooks(project, "zh")] and len(made) == 11
-    for name in made:
-        cells = json.loads((project / "my-notebooks" / "zh" / name).read_text())["cells"]
-        assert not any(c.get("outputs") for c in cells), name
     assert "my-notebooks/zh/" in out and "副本" in out, out
+    assert cli.main(["copies", "--root", str(project), "--lang", "en"]) == 0
+    stored = [s.name for s in copies.source_notebooks(project)
+              if any(c.get("outputs") for c in json.loads(s.read_text())["cells"])]
+    assert len(stored) >= 10, stored  # else the check below could not fail
+    for name in stored:
+        cells = json.loads((project / "my-notebooks" / name).read_text())["cells"]
+        assert not any(c.get("outputs") for c in cells), name
     assert not (project / "data").exists()
     assert before == {p: p.read_bytes() for p in (project / "notebooks").rglob("*")
                       if p.is_file()}
