@@ -44,6 +44,7 @@ import os
 import re
 import secrets as _secrets
 import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,10 +165,17 @@ def class_secret(path: Path | None = None) -> bytes:
     path = path or secret_file()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
+        # Written whole beside it, then linked into place: the file appears complete or not
+        # at all, so a provisioning beside this one (a hub spawning learners at once) never
+        # reads it half-written; the first link wins and the others read that one.
+        fd, tmp = tempfile.mkstemp(prefix=".class-secret.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:  # mkstemp's file is 0600 already
                 fh.write(_secrets.token_hex(32) + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
     st = path.stat()
     if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ClassroomError(f"class secret {path} must be yours and readable by you alone "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 
 import pytest
 
@@ -38,6 +39,40 @@ def test_the_class_secret_is_made_once_for_its_owner_alone(tmp_path):
     os.chmod(path, 0o644)
     with pytest.raises(classroom.ClassroomError, match="readable by you alone"):
         classroom.class_secret(path)
+
+
+def test_a_provisioning_beside_the_first_never_reads_the_secret_half_written(
+        tmp_path, monkeypatch):
+    """S1, and a hub spawning learners at once: while the first provisioning is still
+    writing the new secret (held at a gate inside the write), a second one beside it gets
+    a whole secret, not an empty file, and the first ends up with the same one."""
+    path = tmp_path / "class-secret"
+    writing, go_on = threading.Event(), threading.Event()
+    made = iter(["a" * 64, "b" * 64])
+
+    def token_hex(_n: int) -> str:
+        value = next(made)
+        if value.startswith("a"):  # the first writer: hold it mid-write
+            writing.set()
+            assert go_on.wait(10), "the second provisioning never came"
+        return value
+
+    monkeypatch.setattr(classroom._secrets, "token_hex", token_hex)
+    results: list[object] = []
+    first = threading.Thread(target=lambda: results.append(_try(classroom.class_secret, path)))
+    first.start()
+    assert writing.wait(10)
+    second = _try(classroom.class_secret, path)  # while the first is still writing
+    go_on.set()
+    first.join(10)
+    assert second == b"b" * 64 and results == [second]
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except classroom.ClassroomError as err:
+        return err
 
 
 def test_a_learner_gets_their_own_credentials_and_namespace_and_no_password_is_shown():
