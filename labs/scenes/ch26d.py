@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs.cases import CaseSpec
 from labs.exercises import Verdict, exercise, failed, first_line, passed, stopped_note
+from labs.faults import final_report_fails
 from labs.fences import failed_listener, legacy_failed_listener
 from labs.history import History
 from labs.i18n import listing, say
@@ -306,18 +307,14 @@ async def _stage_fault_a(lab: Lab) -> str:
 
 
 async def _stage_fault_b(lab: Lab) -> str:
-    """Fault B: the export's result UPDATE commits, then the last report to the queue,
-    `update_progress(100)`, fails (a fault at `export.after_result`): the error path's
-    RUNNING condition matches 0 rows, the processor keeps the result and returns (P9)."""
+    """Fault B, staged as 26a's contrast stages it (`labs.faults.final_report_fails`): the
+    export's result UPDATE commits, then the last report to the queue,
+    `update_progress(100)`, fails; the worker is W. Here it is evidence to diagnose."""
     await _quiet(lab)
-    task = await lab.request_export({"status": ["OPEN"], "priority": ["HIGH"]}, user="ben")
-    lab.fault("export.after_result", ConnectionError("queue report of 100 failed"),
-              when=lambda ctx: ctx["task_id"] == task.id)
-    await lab.start_worker("W", export_batch_size=25)
-    await lab.dispatch()
-    await lab.wait_for("completed", task_id=task.id, timeout=T)
+    staged = await final_report_fails(lab, {"status": ["OPEN"], "priority": ["HIGH"]},
+                                      timeout=T)
     await _quiet(lab)
-    return task.id
+    return staged.task_id
 
 
 async def _stage_running_long(lab: Lab) -> str:
