@@ -11,7 +11,7 @@ closes, the keys are really gone.
     await proxy.heal()
     await flush_prefix(lab)                  # every key of this lab's queue is gone
     fail_next_write(lab, "export.before_result")   # the result write fails once
-    staged = await final_report_fails(lab, {"status": ["OPEN"]})   # 故障 B, on a worker
+    staged = await final_report_fails(lab, {"status": ["OPEN"]})   # Fault B, on a worker
 
 Every function takes a target: a `Lab` (its settings, and its history records the fault),
 or plain `Settings`.
@@ -376,7 +376,7 @@ def fail_next_write(target: Any, point: str, *, actor: str | None = None,
     return target.fault(point, error, actor=actor, times=times)
 
 
-# ---------------------------------------------------------------- 故障 B, staged whole
+# ---------------------------------------------------------------- Fault B, staged whole
 
 #: The error of `final_report_fails`: the queue connection lost right after the commit.
 FINAL_REPORT_ERROR = "queue report of 100 failed"
@@ -395,7 +395,7 @@ class FinalReportFailed:
 
 async def final_report_fails(lab: Any, filters: dict[str, Any], *, user: str = "ben",
                              actor: str = "W", timeout: float = 8.0) -> FinalReportFailed:
-    """The book's 故障 B (ch. 26 §7) on a real worker, the one staging that 26a's contrast
+    """The book's Fault B (ch. 26 §7) on a real worker, the one staging that 26a's contrast
     and 26d's diagnosis case both run: a new export (`filters`, requested by `user`) is
     dispatched to worker `actor` (started anew, 25 tickets a batch); its result UPDATE
     commits, and the report that follows it, `update_progress(100)`, fails (a

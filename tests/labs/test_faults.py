@@ -159,7 +159,7 @@ async def test_fail_next_write_strikes_once(lab):
 
 
 async def test_final_report_fails_keeps_the_committed_result(service_settings):
-    """P5, P9 (the book's 故障 B, the one staging 26a's contrast and 26d's case run): on a
+    """P5, P9 (the book's Fault B, the one staging 26a's contrast and 26d's case run): on a
     real worker the result UPDATE commits, then `update_progress(100)` fails; the error
     path finds no RUNNING row, logs `task.error_unreported` and hands the queue nothing, so
     the job completes with its progress short of 100 and the ledger keeps its CSV."""
