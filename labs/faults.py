@@ -11,6 +11,7 @@ closes, the keys are really gone.
     await proxy.heal()
     await flush_prefix(lab)                  # every key of this lab's queue is gone
     fail_next_write(lab, "export.before_result")   # the result write fails once
+    staged = await final_report_fails(lab, {"status": ["OPEN"]})   # Fault B, on a worker
 
 Every function takes a target: a `Lab` (its settings, and its history records the fault),
 or plain `Settings`.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -372,3 +374,38 @@ def fail_next_write(target: Any, point: str, *, actor: str | None = None,
     if not hasattr(target, "fault"):
         raise TypeError("target must be a Lab (or None for a process-wide fault)")
     return target.fault(point, error, actor=actor, times=times)
+
+
+# ---------------------------------------------------------------- Fault B, staged whole
+
+#: The error of `final_report_fails`: the queue connection lost right after the commit.
+FINAL_REPORT_ERROR = "queue report of 100 failed"
+
+
+@dataclass(frozen=True)
+class FinalReportFailed:
+    """What `final_report_fails` staged: the export and the queue's last word on its job."""
+
+    task_id: str
+    job_id: str
+    #: The queue's `completed` event of the job, or its exhausted `failed` one — whichever
+    #: came (`Lab.done_with`): the staging names no outcome, the caller asserts it.
+    ended: dict[str, Any]
+
+
+async def final_report_fails(lab: Any, filters: dict[str, Any], *, user: str = "ben",
+                             actor: str = "W", timeout: float = 8.0) -> FinalReportFailed:
+    """The book's Fault B (ch. 26 §7) on a real worker, the one staging that 26a's contrast
+    and 26d's diagnosis case both run: a new export (`filters`, requested by `user`) is
+    dispatched to worker `actor` (started anew, 25 tickets a batch); its result UPDATE
+    commits, and the report that follows it, `update_progress(100)`, fails (a
+    `ConnectionError` at the probe `export.after_result`, this task only). What happens
+    then is P9's to say; the staging waits (bounded) until the queue is done with the job
+    and returns its last event. Needs a `Lab`: its workers, dispatcher and faults."""
+    task = await lab.request_export(filters, user=user)
+    lab.fault("export.after_result", ConnectionError(FINAL_REPORT_ERROR),
+              when=lambda ctx: ctx["task_id"] == task.id)
+    await lab.start_worker(actor, export_batch_size=25)
+    await lab.dispatch()
+    job_id = f"{task.id}-{task.run}"
+    return FinalReportFailed(task.id, job_id, await lab.done_with(job_id, timeout))

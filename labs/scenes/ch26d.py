@@ -2,7 +2,8 @@
 
 What a learner need not read to follow the chapter: a ledger row printed field by field,
 a run driven to FAILED by three transient errors (the set-up of Exercise B, shown once in
-full in §6.1), and Exercise C's rounds — scan, wait, Retry, again — with their judge.
+full in §6.1), and Exercise C's rounds — scan, wait, Retry, again — with their judge
+(exercise `26d.rounds` of `labs.exercises`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, first_line, passed
+from labs.exercises import Verdict, exercise, failed, first_line, passed, stopped_note
+from labs.faults import final_report_fails
 from labs.fences import failed_listener, legacy_failed_listener
 from labs.history import History
 from labs.i18n import listing, say
 from labs.names import Names
 from labs.races import Takeover
 from labs.tables import idle_s  # noqa: F401 (the notebooks' cells call chNN.idle_s)
-from labs.worlds import fresh_world, register_cases
+from labs.worlds import fresh_world, register_cases, world_context
 from teamdesk.tasks.queue import task_job_id
 
 if TYPE_CHECKING:
@@ -92,25 +94,53 @@ async def rounds_with(lab: Lab, fails: int, memo: dict[int, list[Round]]) -> lis
     return memo[fails]
 
 
-def show_rounds(rounds: list[Round]) -> None:
-    """Exercise C's table: each round's job, attemptsMade, ledger attempts and status,
-    then the executions (claims) in all."""
-    print(say("ch26d.rounds.header", "job        attemptsMade  ledger attempts  status"))
-    for jid, made, attempts, status in rounds:
-        print(f"{jid:<11}{made:<14}{attempts:<17}{status}")
-    print(say("ch26d.rounds.claims", "executions (claims) in all:"), sum(r[1] for r in rounds))
+def _round_lines(rounds: list[Round]) -> list[str]:
+    """Exercise C's rounds, one line each, then the executions (claims) in all."""
+    lines = [say("ch26d.rounds.round", "round {n}: job {job}, attemptsMade {made}, ledger "
+                 "attempts {attempts}, {status}", n=n, job=jid, made=made, attempts=attempts,
+                 status=status)
+             for n, (jid, made, attempts, status) in enumerate(rounds, 1)]
+    lines.append(say("ch26d.rounds.claims-in-all", "executions (claims) in all: {count}",
+                     count=sum(r[1] for r in rounds)))
+    return lines
 
 
-THIRD_HOLDS = say("ch26d.third.holds", "the task needed three rounds and ran more than "
-                  "three times: attempts=3 is a per-run budget, and Retry grants a new one (I3, "
-                  "Q1, R2).")
+async def _lab_with_worker(lab: Lab) -> dict[str, Any]:
+    """Exercise C's context outside the notebook: the lab with worker W started (as the
+    cell before the exercise starts it) and a memo of its own."""
+    await lab.start_worker("W")
+    return {"lab": lab, "memo": {}}
 
 
-def third_round(rounds: list[Round]) -> bool | str:
-    """Exercise C's judge: the task completed in its third round (I3, Q1, R2)."""
+@exercise("26d.rounds", answer="my_fails", solution="solution_fails",
+          context=world_context("26d-rounds-judge", _lab_with_worker, backoff_delay_ms=30),
+          wrong={"every read fails in round 1 only": 2, "round 2 completes": 3,
+                 "out of range": 9})
+async def judge_rounds(fails: Any, *, lab: Lab, memo: dict[int, list[Round]] | None = None
+                       ) -> Verdict:
+    """Exercise C: a new export whose first `fails` reads fail, run round after round in
+    `lab` (`rounds_with`: a scan, Ben's Retry after each FAILED round); it holds when the
+    task completed in its third round — so it ran more than three times: attempts=3 is a
+    per-run budget, and Retry grants a new one (I3, Q1, R2). `memo` keeps the rounds per
+    N, so a check cell run again starts nothing new."""
+    if isinstance(fails, bool) or not isinstance(fails, int) or not 0 <= fails <= 8:
+        return failed(say("ch26d.rounds.range", "my_fails is how many reads in a row fail: an "
+                          "int from 0 to 8"))
+    try:
+        rounds = await rounds_with(lab, fails, memo if memo is not None else {})
+    except (AssertionError, TimeoutError) as err:  # a bounded wait ran out
+        return failed(say("ch26d.rounds.no-run", "the rounds did not finish:"),
+                      stopped_note(err))
     statuses = [r[3] for r in rounds]
-    return statuses == ["FAILED", "FAILED", "COMPLETED"] or say(
-        "ch26d.third.rounds", "the rounds ended {statuses}", statuses=statuses)
+    facts = {"rounds": rounds, "executions": sum(r[1] for r in rounds)}
+    notes = _round_lines(rounds)
+    if statuses == ["FAILED", "FAILED", "COMPLETED"]:
+        return passed(say("ch26d.third.holds", "the task needed three rounds and ran more than "
+                          "three times: attempts=3 is a per-run budget, and Retry grants a new "
+                          "one (I3, Q1, R2)."), *notes, **facts)
+    return failed(say("ch26d.rounds.not-third", "the task ended in round {n}, not in the "
+                      "third: find an N that needs three rounds", n=len(rounds)),
+                  *notes, **facts)
 
 
 # ---------------------------------------------------------------- the late failed callback
@@ -277,18 +307,14 @@ async def _stage_fault_a(lab: Lab) -> str:
 
 
 async def _stage_fault_b(lab: Lab) -> str:
-    """Fault B: the export's result UPDATE commits, then the last report to the queue,
-    `update_progress(100)`, fails (a fault at `export.after_result`): the error path's
-    RUNNING condition matches 0 rows, the processor keeps the result and returns (P9)."""
+    """Fault B, staged as 26a's contrast stages it (`labs.faults.final_report_fails`): the
+    export's result UPDATE commits, then the last report to the queue,
+    `update_progress(100)`, fails; the worker is W. Here it is evidence to diagnose."""
     await _quiet(lab)
-    task = await lab.request_export({"status": ["OPEN"], "priority": ["HIGH"]}, user="ben")
-    lab.fault("export.after_result", ConnectionError("queue report of 100 failed"),
-              when=lambda ctx: ctx["task_id"] == task.id)
-    await lab.start_worker("W", export_batch_size=25)
-    await lab.dispatch()
-    await lab.wait_for("completed", task_id=task.id, timeout=T)
+    staged = await final_report_fails(lab, {"status": ["OPEN"], "priority": ["HIGH"]},
+                                      timeout=T)
     await _quiet(lab)
-    return task.id
+    return staged.task_id
 
 
 async def _stage_running_long(lab: Lab) -> str:

@@ -6,9 +6,10 @@ and check the clean-up.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -16,17 +17,17 @@ import psutil
 
 from labs.cases import CaseSpec
 from labs.chaos import FIXED_FAILED_TEXTS, ChaosConfig, ChaosReport, Invariant, run_chaos
-from labs.exercises import Verdict, failed, passed
+from labs.exercises import Verdict, exercise, failed, passed
 from labs.history import execution_labels, short
 from labs.i18n import say
-from labs.lab import STUCK, WATCHFUL
+from labs.lab import STUCK, WATCHFUL, Lab
 from labs.worlds import register_cases
 
 if TYPE_CHECKING:
-    from labs.lab import Lab
+    from teamdesk.config import Settings
 
 __all__ = ["CASES", "CONFIG", "CX_CONFIG", "FIXED_FAILED_TEXTS", "RunView", "clobbered_ids",
-           "counterexample_run", "judge_invariant", "recover", "task_history",
+           "counterexample_run", "judge_invariant", "notebook_runs", "recover", "task_history",
            "worker_children"]
 
 #: The product's run of the notebook: two workers, 60 tasks, 6 s of faults whose seeded
@@ -108,16 +109,90 @@ async def counterexample_run(lab: Lab, config: ChaosConfig
     return lab, report, lines
 
 
-def judge_invariant(fn: InvariantFn, clean: ChaosReport, cx: ChaosReport) -> Verdict:
-    """A learner's invariant, run on the ledger rows and recorded history of two real runs:
-    on the product's run it must name nothing (the fence held, P3, P5), on the
-    lease-less counterexample's run exactly the tasks whose result an old execution
-    wrote over a newer lease — the ones the checker's own invariant names. Not in the
-    exercise registry: its context is two chaos runs, which the suite makes once for all
-    the tests that read them (`tests/labs/test_exercises_ch90.py`)."""
+async def chaos_run(config: ChaosConfig, name: str, settings: Settings) -> ChaosReport:
+    """One chaos run with `config` in a lab world of its own (Redis of its own, as the
+    notebook's worlds have), its lines dropped."""
+    from labs.chaos import private_restarter
+
+    async with Lab.open(name, settings=settings, seed=False, private_redis=True) as lab:
+        return await run_chaos(lab.settings, config, out=lambda line: None,
+                               keep_logs=False, redis=private_restarter(lab.private_redis))
+
+
+#: The notebook's two runs, made once per process and server set (`notebook_runs`).
+_RUNS: dict[tuple[str | None, str | None], tuple[ChaosReport, ChaosReport]] = {}
+
+
+async def notebook_runs(settings: Settings) -> tuple[ChaosReport, ChaosReport]:
+    """The notebook's two runs outside a notebook — the product's (`CONFIG`) and the
+    counterexample's (`counterexample_run` with `CX_CONFIG`), each in a world of its own —
+    made once per process for the servers of `settings` and kept: the suite's tests of
+    these runs and the exercise registry's context of `90.invariant` read the same pair,
+    so the pair costs one run, not one per reader."""
+    key = (settings.database_url, settings.redis_url)
+    if key not in _RUNS:
+        report = await chaos_run(CONFIG, "inflight", settings)
+        async with Lab.open("inflight-cx", settings=settings, seed=False,
+                            private_redis=True) as lab:
+            _, cx_report, _ = await counterexample_run(lab, CX_CONFIG)
+        _RUNS[key] = (report, cx_report)
+    return _RUNS[key]
+
+
+@contextlib.asynccontextmanager
+async def _both_runs(settings: Settings) -> AsyncIterator[dict[str, Any]]:
+    """`90.invariant`'s context outside the notebook: the check cell's `report` and
+    `cx_report`, from the once-per-process pair (`notebook_runs`)."""
+    report, cx_report = await notebook_runs(settings)
+    yield {"report": report, "cx_report": cx_report}
+
+
+def _claimed_twice(rows: dict[str, dict[str, Any]], history: list[Any]) -> set[str]:
+    """A wrong answer: every task claimed more than once (the product's takeovers too)."""
+    claims = [c.task_id for c in history if c.kind == "claim"]
+    return {t for t in claims if claims.count(t) > 1}
+
+
+def _ledger_differs(rows: dict[str, dict[str, Any]], history: list[Any]) -> set[str]:
+    """A wrong answer: a result whose writer is not the ledger's `execution_id` now (a
+    COMPLETED row keeps no lease: the ledger cannot tell who wrote it)."""
+    return {c.task_id for c in history
+            if c.kind == "result"
+            and rows.get(c.task_id, {}).get("execution_id") != c.execution_id}
+
+
+def _any_result_after_a_claim(rows: dict[str, dict[str, Any]], history: list[Any]) -> set[str]:
+    """A wrong answer: a result written after a second claim, by whichever execution."""
+    claims: dict[str, int] = {}
+    found = set()
+    for c in sorted(history, key=lambda c: c.t):
+        if c.kind == "claim":
+            claims[c.task_id] = claims.get(c.task_id, 0) + 1
+        elif claims.get(c.task_id, 0) > 1:
+            found.add(c.task_id)
+    return found
+
+
+@exercise("90.invariant", answer="my_invariant", solution="solution_invariant",
+          context=_both_runs,
+          wrong={"every task claimed twice": _claimed_twice,
+                 "the ledger's execution_id differs": _ledger_differs,
+                 "any result after a second claim": _any_result_after_a_claim})
+async def judge_invariant(fn: InvariantFn, *, report: ChaosReport | None,
+                          cx_report: ChaosReport | None) -> Verdict:
+    """A learner's invariant, run on the ledger rows and recorded history of the two real
+    runs the notebook made (`report`, `cx_report`): on the product's run it must name
+    nothing (the fence held, P3, P5), on the lease-less counterexample's run exactly the
+    tasks whose result an old execution wrote over a newer lease — the ones the checker's
+    own invariant names. Outside the notebook its context is the once-per-process pair
+    (`notebook_runs`)."""
     if not callable(fn):
         return failed(say("ch90.invariant.not-a-function", "write a function my_invariant(rows, "
                           "history) that returns a set of task ids"))
+    if report is None or cx_report is None:
+        return failed(say("ch90.invariant.no-runs", "run the two chaos cells above first: the "
+                          "check reads their reports"))
+    clean, cx = report, cx_report
     want = clobbered_ids(cx)
     if not want:
         return failed(say("ch90.invariant.nothing-clobbered", "the counterexample run clobbered "

@@ -206,6 +206,63 @@ async def _keys_other_worlds(v: Verdict, context: dict[str, Any]) -> None:
     assert any(n.startswith("it also matches keys of other worlds") for n in v.notes), str(v)
 
 
+# ---------------------------------------------------------------- 26d.rounds, 90.invariant
+
+def _rounds_reason(statuses: list[str]) -> Callable[[Verdict, dict[str, Any]],
+                                                     Awaitable[None]]:
+    """I3, Q1, R2: N reads in a row fail; each round (run) has its own three attempts, so
+    the rounds end as `statuses`."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        assert [r[3] for r in v.facts["rounds"]] == statuses, str(v)
+
+    return reason
+
+
+async def _rounds_out_of_range(v: Verdict, context: dict[str, Any]) -> None:
+    """Nothing is run for an N outside 0–8: the verdict says the range."""
+    assert "rounds" not in v.facts and "0 to 8" in v.heading, str(v)
+
+
+async def _rounds_solution(v: Verdict, context: dict[str, Any]) -> None:
+    """I3, R2: three rounds, 3 + 3 + 1 executions: more than attempts=3."""
+    rounds = v.facts["rounds"]
+    assert [r[1] for r in rounds] == [3, 3, 1] and v.facts["executions"] == 7, str(v)
+
+
+async def _invariant_names_clean(v: Verdict, context: dict[str, Any]) -> None:
+    """P3, P5: an answer that names tasks of the product's run (its takeovers, or every
+    COMPLETED row) is refused for that run, where the lease held."""
+    assert v.facts["on_clean"] and "product's run" in v.heading, str(v)
+
+
+async def _invariant_starter(v: Verdict, context: dict[str, Any]) -> None:
+    """The starter names nothing: it misses the clobbered task(s)."""
+    assert not v.facts["on_cx"] and v.facts["clobbered"], str(v)
+
+
+async def _invariant_solution(v: Verdict, context: dict[str, Any]) -> None:
+    """P3, P5, W2: exactly the tasks the checker's own invariant named, and none of the
+    product's run."""
+    from labs.scenes.ch90 import clobbered_ids
+
+    assert not v.facts["on_clean"], str(v)
+    assert v.facts["on_cx"] == clobbered_ids(context["cx_report"]), str(v)
+
+
+_REASONS_REG2 = {
+    "26d.rounds": {"every read fails in round 1 only": _rounds_reason(["COMPLETED"]),
+                   "round 2 completes": _rounds_reason(["FAILED", "COMPLETED"]),
+                   "out of range": _rounds_out_of_range,
+                   "the solution": _rounds_solution},
+    "90.invariant": {"the starter": _invariant_starter,
+                     "every task claimed twice": _invariant_names_clean,
+                     "the ledger's execution_id differs": _invariant_names_clean,
+                     "any result after a second claim": _invariant_names_clean,
+                     "the solution": _invariant_solution},
+}
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
@@ -240,4 +297,5 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                      "a shared database": _isolation_shared_database,
                      "a clean-up outside finally": _isolation_outside_finally,
                      "the solution": _isolation_solution},
+    **_REASONS_REG2,
 }

@@ -1,57 +1,29 @@
 """Notebook 90's write-it-yourself invariant and its diagnosis case, judged by the real
-system: the invariant's judge (not in the exercise registry: its context is the two chaos
-runs, made once here for every test that reads them) rejects
-the notebook's own starter and accepts its hidden solution (and a plausible wrong answer),
-on the two real chaos runs the session made once (`chaos_90_runs`); the stall-limit case
-is staged by real workers and the dispatcher, and judged on its cause and rule."""
+system. The invariant is exercise `90.invariant` of the registry
+(`test_exercise_registry.py`: the starter and the named wrong answers refused, the hidden
+solution accepted), its context the notebook's two chaos runs, made once per process
+(`ch90.notebook_runs`, the `chaos_90_runs` fixture); here only what the registry does not
+ask: that the pair is the notebook's, and that a function which raises is answered, not a
+crash. The stall-limit case is staged by real workers and the dispatcher, and judged on
+its cause and rule."""
 
 from __future__ import annotations
 
-import ast
-import json
-
+from labs.exercises import check
 from labs.scenes import ch90
-from tests.labs.test_exercises import NOTEBOOKS
-
-NOTEBOOK = "90-chaos.ipynb"
 
 
-def _defined(tag: str, name: str):
-    """The function `name` that the cell tagged `tag` defines (its `def` alone is run)."""
-    cells = json.loads((NOTEBOOKS / NOTEBOOK).read_text(encoding="utf-8"))["cells"]
-    for cell in cells:
-        if tag not in cell["metadata"].get("tags", []):
-            continue
-        tree = ast.parse("".join(cell["source"]))
-        defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-        if defs:
-            namespace: dict = {}
-            exec(compile(ast.Module(body=defs, type_ignores=[]), NOTEBOOK, "exec"), namespace)
-            return namespace[name], ast.get_source_segment("".join(cell["source"]), defs[0])
-    raise AssertionError(f"{NOTEBOOK}: no cell tagged {tag!r} defines {name}")
-
-
-async def test_90_invariant_judge_rejects_the_starter_and_accepts_the_solution(chaos_90_runs):
-    """P3, P5, W2: the learner's invariant runs on both real runs. The starter (names
-    nothing) misses the clobber; "claimed more than once" names the product's takeovers;
-    the hidden solution names nothing on the product's run and exactly the clobbered
-    task(s) on the counterexample's."""
+async def test_90_invariant_runs_are_the_notebooks_and_a_raising_answer_is_a_verdict(
+        chaos_90_runs, service_settings):
+    """P3, P5, W2: the product's run is conclusive and the counterexample clobbered; the
+    pair the registry's context reads is this one (made once); an answer that raises is
+    refused with its error named."""
     clean, cx = chaos_90_runs
     assert clean.conclusive and ch90.clobbered_ids(cx), (clean.verdict(), cx.violations)
-    starter, starter_text = _defined("exercise", "my_invariant")
-    solution, _ = _defined("solution", "solution_invariant")
-    assert "newest[" not in starter_text and "execution_id !=" not in starter_text
-    assert not ch90.judge_invariant(starter, clean, cx).ok
-    solved = ch90.judge_invariant(solution, clean, cx)
-    assert solved.ok and solved.facts["on_cx"] == ch90.clobbered_ids(cx), solved
-
-    def claimed_twice(rows, history):
-        claims = [c.task_id for c in history if c.kind == "claim"]
-        return {t for t in claims if claims.count(t) > 1}
-
-    verdict = ch90.judge_invariant(claimed_twice, clean, cx)
-    assert not verdict.ok and "product's run" in verdict.heading, verdict
-    assert "raised" in str(ch90.judge_invariant(lambda rows, history: 1 / 0, clean, cx))
+    assert await ch90.notebook_runs(service_settings) is chaos_90_runs
+    raised = await check("90.invariant", lambda rows, history: 1 / 0, report=clean,
+                         cx_report=cx)
+    assert not raised.ok and "ZeroDivisionError" in str(raised), raised
 
 
 async def test_stall_limit_case_is_staged_for_real_and_judged(lab):

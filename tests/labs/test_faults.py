@@ -156,3 +156,21 @@ async def test_fail_next_write_strikes_once(lab):
     assert lab.acknowledge(contains="injected fault") == 1
     with pytest.raises(ValueError, match="not followed by a ledger write"):
         faults.fail_next_write(lab, "export.after_progress")
+
+
+async def test_final_report_fails_keeps_the_committed_result(service_settings):
+    """P5, P9 (the book's Fault B, the one staging 26a's contrast and 26d's case run): on a
+    real worker the result UPDATE commits, then `update_progress(100)` fails; the error
+    path finds no RUNNING row, logs `task.error_unreported` and hands the queue nothing, so
+    the job completes with its progress short of 100 and the ledger keeps its CSV."""
+    async with Lab.open("fault-b", settings=service_settings, tickets=40,
+                        close_timeout=3) as lab:
+        staged = await faults.final_report_fails(lab, {"status": ["OPEN"]})
+        row, job = await lab.task(staged.task_id), await lab.job(staged.task_id)
+        assert (staged.ended["kind"], staged.ended["result"]) == (
+            "completed", "error not reported, lease no longer held: ConnectionError")
+        assert (row.status, row.progress, row.execution_id) == (TaskStatus.COMPLETED, 100, None)
+        assert row.result_csv and row.expires_at is not None
+        assert await job.getState() == "completed" and job.progress != 100
+        assert [line for line in lab.logs
+                if "task.error_unreported" in line and staged.task_id in line]

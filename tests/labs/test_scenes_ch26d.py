@@ -29,14 +29,6 @@ def test_fields_reads_a_row_for_people():
     assert ch26d.fields(row, ["d"]) == {"d": "(a lease)"}
 
 
-def test_third_round_judge():
-    """Exercise C holds only when the task completed in its third round (I3, Q1, R2)."""
-    assert ch26d.third_round([("t-0", 3, 3, "FAILED"), ("t-1", 3, 3, "FAILED"),
-                              ("t-2", 1, 1, "COMPLETED")]) is True
-    assert "COMPLETED" in ch26d.third_round([("t-0", 3, 3, "FAILED"),
-                                             ("t-1", 2, 2, "COMPLETED")])
-
-
 async def test_exhaust_run_then_rounds_with(service_settings):
     """`exhaust_run` leaves a task FAILED after three attempts, written by the processor
     (P7); `rounds_with(4)` needs two rounds (3 failures, then 1 failure and a success) and
