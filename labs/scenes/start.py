@@ -157,8 +157,8 @@ async def judge_rows(fn: Any, *, settings: Settings | None = None) -> Verdict:
         return failed(say("start.rows.header", "{rows} is one more than the CSV's data rows: "
                           "its first line is the header", rows=rows), **facts)
     if rows != truth:
-        return failed(say("start.rows.wrong-count", "{rows} rows, but the team has {truth} "
-                          "CLOSED tickets in the tickets table", rows=rows, truth=truth),
+        return failed(say("start.rows.wrong-count", "{rows} rows, but the judge's world has "
+                          "{truth} CLOSED tickets in its tickets table", rows=rows, truth=truth),
                       **facts)
-    return passed(say("start.rows.holds", "the CSV holds exactly the team's {truth} closed "
-                      "tickets (X1, X2)", truth=truth), **facts)
+    return passed(say("start.rows.holds", "the CSV holds exactly the team's closed tickets: "
+                      "{truth} in the judge's world (X1, X2)", truth=truth), **facts)
