@@ -2,30 +2,34 @@
 revision number).
 
 Two tables the notebook shows after each scene — the reminder tasks and the tickets they
-belong to — the facts and judge of exercise D (a `learn.check`), and the judge of the
-stale-check exercise (`24.stale`, `labs.exercises`). A learner need not read them to
-follow the chapter; the scenes (re-schedule, clear, close, run, duplicate) stay in the
+belong to — and the judges of the two exercises (`labs.exercises`): D due now (`24.d`,
+staged again in a world of its own) and the stale check (`24.stale`). A learner need not
+read them to follow the chapter; the scenes (re-schedule, clear, close, run, duplicate) stay in the
 cells.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import psycopg
 from sqlalchemy import select
 
 from labs import tables
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.i18n import say
 from labs.names import Names
-from labs.worlds import world_context
-from teamdesk.db.models import Ticket, TicketEvent
+from labs.worlds import fresh_world, world_context
+from teamdesk.db.models import BackgroundTask, Ticket, TicketEvent
 from teamdesk.tasks.queue import job_states, task_job_id
 
 if TYPE_CHECKING:
     from labs.lab import Lab
+    from teamdesk.config import Settings
 
 
 async def reminders(lab: Lab, names: Names, *tasks: Any) -> pd.DataFrame:
@@ -58,28 +62,124 @@ async def tickets(lab: Lab, names: Names, *items: Any) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("ticket")
 
 
-async def d_facts(lab: Lab, d1: Any, task: Any) -> dict[str, Any]:
-    """The exercise's facts about ticket D: the new reminder `task` (status, summary; None
-    if `task` is not a REMINDER task) and the old `d1` (ledger status, queue state)."""
+# ------------------------------------------------------------ §7's exercise: D is due now
+
+#: Seconds the learner's re-scheduling may take, end to end, in the judge's world.
+D_BOUND = 30.0
+
+
+async def stage_d(lab: Lab) -> tuple[Any, Any]:
+    """What the notebook has before §7's exercise, in the judge's world: ticket D due
+    tomorrow, its reminder `d1` already in Redis as a delayed job (D1, D2), and a worker
+    running. Returns (D, d1)."""
+    D, d1 = await lab.create_ticket("Send the quarterly report",
+                                    due_at=datetime.now(UTC) + timedelta(days=1))
+    await lab.dispatch()
+    await lab.start_worker("W")
+    return D, d1
+
+
+async def d_facts(lab: Lab, D: Any, d1: Any, task: Any) -> dict[str, Any]:
+    """The exercise's facts about ticket D: the new reminder `task` (status, summary, its
+    ticket, its revision; None if `task` is not a REMINDER task), D's id and current
+    revision, whether `task` is `d1` itself, and `d1` (ledger status, queue state)."""
     new = await lab.task(task.id) if getattr(task, "type", None) == "REMINDER" else None
     old = await lab.task(d1.id)
     [old_state] = await job_states(lab.queue, [task_job_id(old.id, old.run)])
-    return {"new": new and (new.status.value, new.result_summary or ""),
-            "d1": (old.status.value, old_state)}
+    async with lab.sessions() as s:
+        ticket = await s.get(Ticket, D.id)
+    return {"new": new and (new.status.value, new.result_summary or "", new.ticket_id,
+                            new.reminder_revision),
+            "d_id": D.id, "d_revision": ticket.reminder_revision,
+            "d1_returned": new is not None and new.id == old.id,
+            "d1": (old.status.value, old_state or "none")}
 
 
-def d_judged(facts: dict[str, Any] | None) -> bool | str:
-    """The exercise's judge: D's new reminder completed with a reminder sent, while `d1`
-    still waits in Redis as a delayed job (nothing was cancelled there, O4; it will find
-    its revision stale tomorrow, M1). A string says what is not there yet."""
-    if facts is None or facts["new"] is None:
-        return say("ch24.answer-should-d", "answer should be D's new REMINDER task")
-    status, summary = facts["new"]
+def d_judged(facts: dict[str, Any]) -> Verdict:
+    """The exercise's judge of `d_facts`: D's new reminder (for D, not d1) completed with
+    a reminder sent, while `d1` still waits in Redis as a delayed job — nothing is
+    cancelled there (O4); its own revision decides what it does when its delay ends (M1)."""
+    if facts["new"] is None:
+        return failed(say("ch24.answer-should-d", "return D's new REMINDER task (the second "
+                          "value lab.set_due_date returns)"), **facts)
+    status, summary, ticket_id, _revision = facts["new"]
+    if ticket_id != facts["d_id"] or facts["d1_returned"]:
+        return failed(say("ch24.d.not-moved", "that reminder is not for a new due date of D: "
+                          "move D's own due date with lab.set_due_date(D.id, …), which writes "
+                          "D's next revision and its reminder (O3)"), **facts)
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
-        return say("ch24.new-reminder-not", "the new reminder is {status}, not yet completed with "
-                   "a reminder sent", status=status)
-    return facts["d1"] == ("WAITING", "delayed") or say("ch24.d1", "d1 is {d1}",
-                                                        d1=facts["d1"])
+        return failed(say("ch24.new-reminder-not", "the new reminder is {status}, not yet "
+                          "completed with a reminder sent: dispatch it, then wait for the "
+                          "worker", status=status), **facts)
+    if facts["d1"] != ("WAITING", "delayed"):
+        return failed(say("ch24.d1-touched", "d1 is {status} with its job {state}: it should "
+                          "still wait in Redis as a delayed job — nothing needs cancelling "
+                          "there (O4)", status=facts["d1"][0], state=facts["d1"][1]), **facts)
+    return passed(say("ch24.d.holds", "D's new reminder sent now, and d1 still waits in Redis "
+                      "until tomorrow (O3, O4)"), **facts)
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    """The learner's function: awaited if it is async."""
+    result = fn(*args)
+    return await result if inspect.isawaitable(result) else result
+
+
+async def _no_dispatch(lab: Lab, D: Any) -> Any:
+    """A plausible wrong move: the due date moved, but nothing dispatched or waited."""
+    _D, task = await lab.set_due_date(D.id, datetime.now(UTC))
+    return task
+
+
+async def _another_ticket(lab: Lab, D: Any) -> Any:
+    """A plausible wrong move: a second reminder due now, on a new ticket, D unchanged."""
+    _t, task = await lab.create_ticket(D.title, due_at=datetime.now(UTC))
+    await lab.dispatch()
+    await lab.wait_for("completed", task_id=task.id)
+    return task
+
+
+async def _cancel_d1(lab: Lab, D: Any) -> Any:
+    """A plausible wrong move: re-scheduled right, and d1's delayed job removed from Redis
+    as if it had to be cancelled (O4: nothing is)."""
+    async with lab.sessions() as s:
+        [old] = (await s.scalars(select(BackgroundTask).where(
+            BackgroundTask.ticket_id == D.id))).all()
+    _D, task = await lab.set_due_date(D.id, datetime.now(UTC))
+    await lab.queue.remove(task_job_id(old.id, old.run))
+    await lab.dispatch()
+    await lab.wait_for("completed", task_id=task.id)
+    return task
+
+
+@exercise("24.d", answer="my_due_now", solution="solution_due_now",
+          wrong={"no dispatch, no wait": _no_dispatch,
+                 "a new ticket due now": _another_ticket,
+                 "d1's job removed": _cancel_d1})
+async def judge_due_now(fn: Any, *, settings: Settings | None = None) -> Verdict:
+    """§7: stage D and `d1` in a lab world of its own (`stage_d`), run the learner's
+    `fn(lab, D)` there (bounded by `D_BOUND`), and judge the task it returns and what is
+    left of `d1` (`d_facts`, `d_judged`)."""
+    if not callable(fn):
+        return failed(say("ch24.d.write-function", "write a function: async def "
+                          "my_due_now(lab, D): … return the new reminder task"))
+    notes: list[str] = []
+    async with fresh_world("24-d-judge", notes, settings=settings, tickets=20) as lab:
+        D, d1 = await stage_d(lab)
+        try:
+            task = await asyncio.wait_for(_call(fn, lab, D), D_BOUND)
+        except TimeoutError:
+            return failed(say("ch24.d.still-running", "your function was still running after "
+                              "{bound:g} s", bound=D_BOUND))
+        except (AssertionError, psycopg.Error):
+            raise  # a bounded wait that ran out: `fresh_world` notes it
+        except Exception as err:  # the learner's code: any error is a verdict
+            return failed(say("ch24.d.raised", "your function raised an error:"),
+                          first_line(err))
+        facts = await d_facts(lab, D, d1, task)
+    if notes:
+        return failed(say("ch24.d.stopped", "your move did not finish:"), *notes)
+    return d_judged(facts)
 
 
 # ------------------------------------------------------------ Exercise (ours): the stale check

@@ -16,6 +16,8 @@ What the notebook sees of each process is also written to `Processes.timeline`, 
 code — the swimlane of the processes' lifetimes (`timeline.plot()`), the book's timeline
 of a takeover across processes.
 
+Exercise A asks for w5's exit code after a SIGTERM, its hold released at once or never
+(`30.exit`); `judge_exit` runs the scene (`w5_exit`) in a world of its own and compares.
 Exercise B has the learner write the process's drain (`teamdesk.tasks.runner.Drain`, W4);
 `judge_drain` runs it in two real processes (`labs.drain_worker`, the product's seam) and
 names what broke.
@@ -225,6 +227,68 @@ async def completed(lab: Lab, task_id: str) -> Any:
     `wait_until` (the ledger is the truth, I1)."""
     row = await lab.task(task_id)
     return row if row.status == "COMPLETED" else None
+
+
+# ------------------------------------------------------------ Exercise A: the drain's deadline
+
+#: w5's drain timeout in Exercise A, seconds (`TEAMDESK_DRAIN_TIMEOUT_S`).
+W5_DRAIN_TIMEOUT = "2"
+
+
+async def w5_exit(procs: Processes, released: bool) -> int | None:
+    """Exercise A's scene on `procs`' lab: w5 takes Ben's export of the PENDING tickets and
+    holds mid-flight with a 2 s drain timeout; SIGTERM; the hold is released as soon as
+    w5 drains (`released`) or never. Returns w5's exit code (None: still running after
+    30 s). The notebook's own scene is the same, after stopping w4 so that only w5 may take
+    the export; a judge's world has no other worker."""
+    lab = procs.lab
+    w5 = procs.spawn("w5", hold="export.after_read", TEAMDESK_DRAIN_TIMEOUT_S=W5_DRAIN_TIMEOUT)
+    await lab.request_export({"status": ["PENDING"]}, user="ben")
+    await procs.held("w5")
+    w5.send(signal.SIGTERM)
+    if released:
+        await procs.logged("w5", "worker.draining")
+        procs.release("w5")
+    return await w5.wait_exit(30)
+
+
+@exercise("30.exit", answer=("release_during_drain", "my_w5_exit"),
+          solution=("solution_release", "solution_w5_exit"),
+          wrong={"never released, yet exit 0": (False, 0),
+                 "released, yet exit 3": (True, EXIT_DRAIN_TIMEOUT),
+                 "the signal's own code": (False, -signal.SIGTERM)})
+async def judge_exit(answer: Any, *, settings: Settings | None = None) -> Verdict:
+    """Exercise A: the learner's choice (release w5's hold as soon as it drains, or never)
+    and their prediction of w5's exit code, compared with the real process: the scene of
+    `w5_exit`, in a lab world of its own (W4: 0 when the running job finished within the
+    drain timeout, `EXIT_DRAIN_TIMEOUT` when it was abandoned). An unset choice is the
+    notebook's default, never released."""
+    from labs.timings import FAST_WORKER
+    from labs.worlds import fresh_world
+
+    choice, predicted = answer
+    if choice not in (None, True, False):
+        return failed(say("ch30.exit.choice", "release_during_drain is True (release at once) "
+                          "or False (never)"))
+    if isinstance(predicted, bool) or not isinstance(predicted, int):
+        return failed(say("ch30.exit.number", "my_w5_exit is w5's exit code: a number"))
+    released = bool(choice)
+    notes: list[str] = []
+    async with fresh_world("30-exit-judge", notes, settings=settings, tickets=60) as lab:
+        code = await w5_exit(Processes(lab, FAST_WORKER.to_env()), released)
+    if notes:
+        return failed(say("ch30.exit.stopped", "w5's run did not finish:"), *notes)
+    facts = {"released": released, "code": code, "predicted": predicted}
+    why = (say("ch30.exit.finished", "the job finished within the drain timeout (W4)")
+           if code == 0 else
+           say("ch30.exit.abandoned", "past the drain timeout it abandoned the running job "
+               "and said so (W4)") if code == EXIT_DRAIN_TIMEOUT else "")
+    if predicted != code:
+        return failed(say("ch30.exit.wrong", "with release_during_drain={released} w5 did not "
+                          "exit {predicted}", released=released, predicted=predicted),
+                      **facts)
+    return passed(say("ch30.exit.holds", "w5 exited {code} (released: {released}): {why}",
+                      code=code, released=released, why=why), **facts)
 
 
 # ------------------------------------------------------------------ Exercise B: the drain

@@ -219,6 +219,56 @@ def _rounds_reason(statuses: list[str]) -> Callable[[Verdict, dict[str, Any]],
     return reason
 
 
+async def _rows_starter(v: Verdict, context: dict[str, Any]) -> None:
+    """The starter runs and returns None: refused as not a number, nothing exported."""
+    assert v.facts["rows"] is None and v.facts["exports"] == [], str(v)
+    assert "return the number of rows" in v.heading, str(v)
+
+
+async def _rows_header(v: Verdict, context: dict[str, Any]) -> None:
+    """X2: the CLOSED export completed, but the count took the header line for a row."""
+    facts = v.facts
+    assert facts["rows"] == facts["truth"] + 1 and "header" in v.heading, str(v)
+    assert facts["exports"] == [("COMPLETED", {"status": ["CLOSED"]}, facts["truth"])], str(v)
+
+
+async def _rows_all_tickets(v: Verdict, context: dict[str, Any]) -> None:
+    """X1: an export without the filter completed, so no export of the CLOSED tickets."""
+    [(status, filters, rows)] = v.facts["exports"]
+    assert (status, filters) == ("COMPLETED", {}) and rows > v.facts["truth"], str(v)
+    assert "no export of the CLOSED tickets" in v.heading, str(v)
+
+
+async def _rows_no_export(v: Verdict, context: dict[str, Any]) -> None:
+    """The right number from the tickets table, without an export: refused for that."""
+    assert v.facts["rows"] == v.facts["truth"] and v.facts["exports"] == [], str(v)
+    assert "no export of the CLOSED tickets" in v.heading, str(v)
+
+
+async def _rows_solution(v: Verdict, context: dict[str, Any]) -> None:
+    """X1, X2: one CLOSED export, completed, one CSV row per closed ticket."""
+    truth = v.facts["truth"]
+    assert truth > 0 and v.facts["rows"] == truth, str(v)
+    assert v.facts["exports"] == [("COMPLETED", {"status": ["CLOSED"]}, truth)], str(v)
+
+
+def _due_now_reason(new: tuple[Any, ...] | None, d1: tuple[str, str], words: str
+                    ) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """O3, O4, M1: what became of the task returned as D's new reminder (status, reminded,
+    for D, at D's current revision) and of d1 (ledger status, queue state), and the words
+    the verdict uses."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        facts = v.facts
+        got = facts["new"] and (facts["new"][0], facts["new"][1].startswith("Reminder sent"),
+                                facts["new"][2] == facts["d_id"],
+                                facts["new"][3] == facts["d_revision"])
+        assert (got, facts["d1"]) == (new, d1), str(v)
+        assert words in v.heading, str(v)
+
+    return reason
+
+
 async def _rounds_out_of_range(v: Verdict, context: dict[str, Any]) -> None:
     """Nothing is run for an N outside 0–8: the verdict says the range."""
     assert "rounds" not in v.facts and "0 to 8" in v.heading, str(v)
@@ -263,6 +313,17 @@ _REASONS_REG2 = {
 }
 
 
+def _exit_reason(released: bool, code: int
+                 ) -> Callable[[Verdict, dict[str, Any]], Awaitable[None]]:
+    """W4: w5's real exit code with the answer's choice: 0 when released during the drain,
+    EXIT_DRAIN_TIMEOUT (3) when never."""
+
+    async def reason(v: Verdict, context: dict[str, Any]) -> None:
+        assert (v.facts["released"], v.facts["code"]) == (released, code), str(v)
+
+    return reason
+
+
 REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]]]] = {
     "23.order": {"the starter": _order_reason(lost=True, calm_ok=True),
                  "add, then mark in finally": _order_reason(lost=True, calm_ok=True),
@@ -276,6 +337,22 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                 "no look at the row during the outage": _recovery_reason(
                     stopped=True, redispatched=True, mark_first="timed out"),
                 "the solution": _recovery_solution},
+    "00.rows": {"the starter": _rows_starter, "the header counted too": _rows_header,
+                "every ticket exported": _rows_all_tickets,
+                "counted in the tickets table, no export": _rows_no_export,
+                "the solution": _rows_solution},
+    "24.d": {"the starter": _due_now_reason(None, ("WAITING", "delayed"),
+                                            "return D's new REMINDER task"),
+             "no dispatch, no wait": _due_now_reason(("WAITING", False, True, True),
+                                                     ("WAITING", "delayed"), "not yet completed"),
+             "a new ticket due now": _due_now_reason(("COMPLETED", True, False, True),
+                                                     ("WAITING", "delayed"), "not for a new due"),
+             "d1's job removed": _due_now_reason(("COMPLETED", True, True, True),
+                                                 ("WAITING", "none"),
+                                                 "nothing needs cancelling"),
+             "the solution": _due_now_reason(("COMPLETED", True, True, True),
+                                             ("WAITING", "delayed"),
+                                             "sent now")},
     "24.stale": {"the starter": _stale_starter, "never stale": _stale_never},
     "25.narrowed": {"the starter": _filters_too_many, "an invalid status": _filters_invalid,
                     "a filter that matches nothing": _filters_empty,
@@ -288,6 +365,10 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                  "another error than LeaseLost": _gate_other_error},
     "26c.last-point": {"a point before the completion": _last_point_counts,
                        "the solution": _last_point_counts},
+    "30.exit": {"never released, yet exit 0": _exit_reason(False, 3),
+                "released, yet exit 3": _exit_reason(True, 0),
+                "the signal's own code": _exit_reason(False, 3),
+                "the solution": _exit_reason(False, 3)},
     "30.drain": {"the starter": _drain_starter,
                  "the right order, exit 0 always": _drain_always_0,
                  "the solution": _drain_solution},
