@@ -5,16 +5,11 @@ Notebook cells carry tags that tools and CI can read:
 
 - `predict`: a question; the learner writes a guess into a variable (`guess = None  # …`).
   A later cell runs the scene and calls `reveal(guess, actual)`.
-- `exercise`: the learner changes something (`answer = None  # your code`); the next cell,
-  tagged `check`, calls `check(answer, ok)`; then a `solution` cell (source hidden with
-  `metadata.jupyter.source_hidden`) fills in an answer and asserts `check(...)`, so CI runs
-  the whole thing and a learner can peek.
 - `recap`: a markdown cell with the key points.
 
-Both print one friendly line and never raise for a missing or wrong guess: a learner's
-wrong answer is a step of learning, not an error. Only a solution cell asserts. `check`
-speaks as every judged exercise does (`labs.exercises`): one `Verdict`, one "not
-attempted yet".
+`reveal` prints one friendly line and never raises for a missing or wrong guess: a
+learner's wrong answer is a step of learning, not an error. Exercises (`exercise`,
+`check`, `solution` cells) are judged by one registry, `labs.exercises`.
 
 **Answers in words, in either language.** A prediction that asks for words ("both",
 "skip it", an invariant's name) is revealed with the English the cell computes; in the
@@ -27,12 +22,10 @@ states, task names and rule ids are identifiers: they stay as they are in both e
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from devkit.i18n import Call
-from labs.exercises import Verdict, failed, not_attempted, passed
 from labs.i18n import made_key, say, translated
 
 #: The notebooks' answers given in words, by their English (see the module docstring).
@@ -114,23 +107,3 @@ def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
     if why:
         print(why)
     return matched
-
-
-def check(answer: Any, ok: Callable[[Any], bool | str], *, holds: str) -> Verdict:
-    """Say whether the learner's `answer` holds, as every exercise says it
-    (`labs.exercises.Verdict`, printed and returned; true when it holds). `ok(answer)`
-    returns True, or False / a short reason why not. `holds` is the sentence printed when
-    it does. `ok` is plain (not async): read what it needs from the lab first, e.g.
-    `truth = await ...`."""
-    if answer is None:
-        verdict = not_attempted("answer")
-    else:
-        result = ok(answer)
-        if result is True:
-            verdict = passed(holds)
-        else:
-            reason = result if isinstance(result, str) and result else ""
-            verdict = failed(say("learn.check.not-yet-why", "Not yet: {reason}", reason=reason)
-                             if reason else say("learn.check.not-yet", "Not yet."))
-    print(verdict)
-    return verdict

@@ -23,9 +23,8 @@ def test_the_language_comes_from_the_env_then_the_folder(env, folder, expected, 
 def test_feedback_speaks_the_editions_language(monkeypatch, capsys):
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     assert learn.reveal(2, 2) and not learn.reveal(None, 1)
-    assert not learn.check(3, lambda a: "差一点", holds="成立")
     out = capsys.readouterr().out
-    assert "猜对了：2" in out and "没有写猜测" in out and "✗ 还不对：差一点" in out
+    assert "猜对了：2" in out and "没有写猜测" in out
     monkeypatch.setenv("TEAMDESK_LANG", "en")
     learn.reveal(1, 2)
     assert "You guessed 1; what happened: 2." in capsys.readouterr().out

@@ -1,11 +1,11 @@
-"""labs.learn: the predict/reveal and exercise/check helpers the notebooks use."""
+"""labs.learn: the predict/reveal helpers the notebooks use."""
 
 import json
 import re
 from pathlib import Path
 
 from labs import learn
-from labs.learn import check, reveal
+from labs.learn import reveal
 from labs.messages import made
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,19 +20,6 @@ def test_reveal_compares_kindly(capsys):
     assert out[0] == "Right: 'lease lost'."
     assert out[2] == "You guessed 3; what happened: 4."
     assert out[3].startswith("No guess written") and out[4] == "P1: a finished task is skipped"
-
-
-def test_check_says_not_attempted_wrong_or_holds(capsys):
-    """`check` speaks as every judged exercise does: one Verdict, true when it holds."""
-    unwritten = check(None, lambda a: True, holds="x")
-    wrong = check(5, lambda a: a == 4 or "off by one", holds="x")
-    right = check(4, lambda a: a == 4, holds="the count matches")
-    assert (bool(unwritten), unwritten.attempted, bool(wrong), bool(right)) == (
-        False, False, False, True)
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("not attempted yet: write your answer into answer")
-    assert out[1] == "✗ Not yet: off by one"
-    assert out[2] == "✓ the count matches"
 
 
 def test_a_word_answer_is_taken_in_either_language_in_the_chinese_edition(monkeypatch, capsys):
