@@ -12,8 +12,8 @@ import pytest
 from devkit import services
 from labs.chaos import ChaosReport
 from labs.lab import Lab
+from labs.scenes.ch90 import notebook_runs
 from teamdesk.config import Settings
-from tests.labs.chaos_runs import notebook_runs
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import dataclasses
 
 from labs.chaos.schedule import make_schedule
 from labs.scenes import ch90
-from tests.labs.chaos_runs import chaos_run
+from labs.scenes.ch90 import chaos_run
 
 #: Eight races scheduled in one run (for this seed and window). Each race asks for
 #: exports of its own when due and waits until one is held, on a task no race has held
