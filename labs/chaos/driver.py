@@ -175,7 +175,7 @@ class Driver:
             try:
                 await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                return self._missed(ev, say("chaos.driver.still-under", "{worker} was still "
+                return self._missed(ev, say("chaos.driver.still-faulted", "{worker} was still "
                                             "under an earlier fault",
                                             worker=f"w{ev.worker + 1}"))
             targets = [ev.worker]

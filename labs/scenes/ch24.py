@@ -73,12 +73,13 @@ def d_judged(facts: dict[str, Any] | None) -> bool | str:
     still waits in Redis as a delayed job (nothing was cancelled there, O4; it will find
     its revision stale tomorrow, M1). A string says what is not there yet."""
     if facts is None or facts["new"] is None:
-        return say("ch24.answer-should-d", "answer should be D's new REMINDER task")
+        return say("ch24.d.not-a-reminder", "answer should be D's new REMINDER task")
     status, summary = facts["new"]
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
-        return say("ch24.new-reminder-not", "the new reminder is {status}, not yet completed with "
+        return say("ch24.d.new-reminder-unsent",
+                   "the new reminder is {status}, not yet completed with "
                    "a reminder sent", status=status)
-    return facts["d1"] == ("WAITING", "delayed") or say("ch24.d1", "d1 is {d1}",
+    return facts["d1"] == ("WAITING", "delayed") or say("ch24.d.d1-not-delayed", "d1 is {d1}",
                                                         d1=facts["d1"])
 
 
@@ -99,18 +100,18 @@ async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     await lab.set_due_date(t.id, now + timedelta(minutes=5))
     out.append((say("ch24.stale.moved", "its due date moved (a newer reminder exists)"), moved,
                 False,
-                say("ch24.newer-reminder-will", "the newer reminder will remind too: twice for "
+                say("ch24.stale.moved-cost", "the newer reminder will remind too: twice for "
                     "one ticket")))
     t, cleared = await lab.create_ticket("Judge: due date cleared", due_at=now)
     await lab.set_due_date(t.id, None)
-    out.append((say("ch24.due-date-cleared", "its due date was cleared"), cleared, False,
-                say("ch24.reminder-ticket-has", "a reminder for a ticket that has no due date any "
+    out.append((say("ch24.stale.cleared", "its due date was cleared"), cleared, False,
+                say("ch24.stale.cleared-cost", "a reminder for a ticket that has no due date any "
                     "more")))
     t, closed = await lab.create_ticket("Judge: closed", due_at=now)
     async with lab.sessions() as s:
         await ticket_services.close_ticket(s, lab.team, "ben", t.id)
-    out.append((say("ch24.ticket-closed", "its ticket was closed"), closed, False,
-                say("ch24.reminder-about-closed", "a reminder about a closed ticket")))
+    out.append((say("ch24.stale.closed", "its ticket was closed"), closed, False,
+                say("ch24.stale.closed-cost", "a reminder about a closed ticket")))
     return out
 
 
@@ -134,7 +135,8 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
     from teamdesk.testing import FakeJob
 
     if not callable(fn):
-        return failed(say("ch24.write-function-def", "write a function: def my_stale_reason(task, "
+        return failed(say("ch24.stale.not-a-function",
+                          "write a function: def my_stale_reason(task, "
                           "ticket): ..."))
     ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
     lines: list[str] = []
@@ -144,7 +146,7 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
         try:
             await process_task(FakeJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
-            lines.append(say("ch24.your-check-raised", "✗ {what}: your check raised {error_type}; "
+            lines.append(say("ch24.stale.check-raised", "✗ {what}: your check raised {error_type}; "
                              "the reminder is left for a retry, nobody was told why",
                              what=what, error_type=type(err).__name__))
             continue
@@ -152,14 +154,15 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
         sent = (row.result_summary or "").startswith("Reminder sent")
         right += sent == should_send
         mark = "✓" if sent == should_send else "✗"
-        did = say("ch24.reminded", "reminded") if sent else say("ch24.sent-nothing", "sent nothing")
+        did = (say("ch24.stale.did-remind", "reminded") if sent
+               else say("ch24.stale.did-nothing", "sent nothing"))
         ought = "" if sent == should_send else f" — {cost}"
         lines.append(say("ch24.stale.line", "{mark} {what}: {did} ({status}: "
                          "{result_summary}){ought}", mark=mark, what=what, did=did,
                          status=row.status.value, result_summary=row.result_summary, ought=ought))
     if right == total:
-        return passed(say("ch24.every-reminder-did", "every reminder did what it should: only the "
+        return passed(say("ch24.stale.holds", "every reminder did what it should: only the "
                           "current one reminded anyone (M1, O3, P10)"),
                       *lines, right=right, total=total)
-    return failed(say("ch24.right", "{right} of {total} right:", right=right, total=total),
+    return failed(say("ch24.stale.score", "{right} of {total} right:", right=right, total=total),
                   *lines, right=right, total=total)
