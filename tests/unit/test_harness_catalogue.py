@@ -26,7 +26,7 @@ PACKAGES = ("labs", "devkit")
 #: Where a `say` may take a key that is not a literal: the cases' words and the chaos run's
 #: English values (see the docstring).
 DYNAMIC = {ROOT / "labs" / "cases.py", ROOT / "labs" / "chaos" / "words.py"}
-CJK = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
+CJK = re.compile(f"[{i18n.CJK}]")
 REFRESH = ("run `teamdesk messages` (it marks the block ' todo' under the new fingerprint), "
            "translate the block again in {catalogue} and remove ' todo'")
 
