@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from devkit import i18n
+from devkit import i18n, notebook_cells
 
 #: The learner's folder, beside `notebooks/` (same depth, so relative paths still work).
 LEARNER_DIR = "my-notebooks"
@@ -124,7 +124,7 @@ def learner_copy(nb: dict[str, Any]) -> dict[str, Any]:
     presenter cells left out, everything else as it is."""
     cells = []
     for cell in nb.get("cells", []):
-        if PRESENTER_TAG in cell.get("metadata", {}).get("tags", []):
+        if PRESENTER_TAG in notebook_cells.tags(cell):
             continue
         cell = dict(cell)
         if cell.get("cell_type") == "code":
@@ -142,18 +142,12 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _text(source: str | list[str]) -> str:
-    # nbformat stores a source as a string or as a list of lines; Jupyter may save
-    # either, so the fingerprints read both as the one text they are.
-    return source if isinstance(source, str) else "".join(source)
-
-
 def work_fingerprint(nb: dict[str, Any]) -> str:
     """What a learner reads and writes in notebook `nb`: each cell's type, source and
     tags, in order. Not outputs, execution counts or the metadata Jupyter keeps (a cell
     collapsed, scrolled, timed): running a copy leaves this fingerprint as it was."""
-    return _digest([[c.get("cell_type"), _text(c.get("source", "")),
-                     c.get("metadata", {}).get("tags", [])] for c in nb.get("cells", [])])
+    return _digest([[c.get("cell_type"), notebook_cells.source(c), notebook_cells.tags(c)]
+                    for c in nb.get("cells", [])])
 
 
 def version_fingerprint(copy: dict[str, Any]) -> str:
@@ -187,15 +181,11 @@ def write_notebook(path: Path, nb: dict[str, Any]) -> None:
     _write_whole(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
 
 
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def _work_of(path: Path) -> str | None:
     """`work_fingerprint` of the notebook in `path`; None if it is not one we can read
     (then it is the learner's, whatever it holds)."""
     try:
-        nb = _read(path)
+        nb = notebook_cells.read(path)
         return work_fingerprint(nb) if isinstance(nb, dict) else None
     except (OSError, ValueError, TypeError, AttributeError):
         return None
@@ -281,7 +271,7 @@ class _Folder:
     def follow(self, source: Path) -> None:
         """Bring the copy of `source` up to date by the rule of the module's docstring."""
         name, target = source.name, self.path / source.name
-        copy = learner_copy(_read(source))
+        copy = learner_copy(notebook_cells.read(source))
         version, work = version_fingerprint(copy), work_fingerprint(copy)
         record = self.records.get(name)
         if not target.exists():
@@ -344,7 +334,7 @@ def fresh_copies(project: Path, names: Iterable[str], lang: str = "en") -> CopyR
             target = folder.path / source.name
             if target.exists():
                 folder.put_aside(target)
-            folder.write_copy(source.name, learner_copy(_read(source)))
+            folder.write_copy(source.name, learner_copy(notebook_cells.read(source)))
             folder.report.created.append(source.name)
     return folder.report
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit import notebook_cells
 from devkit.copies import write_notebook
 
 EDITIONS = ("en", "zh")
@@ -56,11 +57,6 @@ _STEP = re.compile(r"^#\s*step:.*$", re.MULTILINE)
 def fingerprint(source: str) -> str:
     """Eight hex digits of the English cell's SHA-1: what a translation was made from."""
     return hashlib.sha1(source.encode("utf-8")).hexdigest()[:8]
-
-
-def _source(cell: dict[str, Any]) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
 
 
 def _lines(text: str) -> list[str]:
@@ -153,14 +149,14 @@ def code_skeleton(source: str) -> tuple[str, list[str]]:
 
 def _labelled(cell: dict[str, Any]) -> bool:
     """A code cell that prints a label (`print_labels`): a block may translate it."""
-    tree = _parse(_source(cell)) if cell.get("cell_type") == "code" else None
+    tree = _parse(notebook_cells.source(cell)) if cell.get("cell_type") == "code" else None
     return tree is not None and bool(print_labels(tree))
 
 
 def translatable(cell: dict[str, Any]) -> bool:
     """A markdown cell with text, or a code cell with a comment in prose (`_prose`) or a
     message to the learner (`_messages`)."""
-    text = _source(cell)
+    text = notebook_cells.source(cell)
     if cell.get("cell_type") == "markdown":
         return bool(text.strip())
     if cell.get("cell_type") != "code":
@@ -237,7 +233,7 @@ def build(source: dict[str, Any], catalogue: dict[str, Entry], lang: str = "zh")
         cell = json.loads(json.dumps(cell))
         cell_id = cell.get("id", "")
         ids.add(cell_id)
-        english = _source(cell)
+        english = notebook_cells.source(cell)
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
             cell.get("metadata", {}).pop("execution", None)
@@ -268,10 +264,6 @@ def _paths(project: Path, name: str, lang: str) -> tuple[Path, Path, Path]:
     return nb / f"{name}.ipynb", nb / "i18n" / lang / f"{name}.md", nb / lang / f"{name}.ipynb"
 
 
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def catalogued(project: Path, lang: str = "zh") -> list[str]:
     """The notebooks that have a `lang` catalogue, by name, in course order."""
     return sorted(p.stem for p in (project / "notebooks" / "i18n" / lang).glob("*.md"))
@@ -279,7 +271,8 @@ def catalogued(project: Path, lang: str = "zh") -> list[str]:
 
 def build_one(project: Path, name: str, lang: str = "zh") -> Build:
     source, catalogue, _ = _paths(project, name, lang)
-    return build(_read(source), parse_catalogue(catalogue.read_text(encoding="utf-8")), lang)
+    return build(notebook_cells.read(source),
+                 parse_catalogue(catalogue.read_text(encoding="utf-8")), lang)
 
 
 def build_all(project: Path, lang: str = "zh") -> dict[str, Build]:
@@ -298,10 +291,10 @@ def draft(project: Path, name: str, lang: str = "zh") -> Path:
     old = parse_catalogue(path.read_text(encoding="utf-8")) if path.exists() else {}
     blocks = [f"<!-- {name} · {lang} catalogue (devkit/editions.py): one block per "
               "translatable cell, in order; remove ' todo' once translated -->\n"]
-    for cell in _read(source)["cells"]:
+    for cell in notebook_cells.cells(source):
         if not translatable(cell) and not (cell.get("id") in old and _labelled(cell)):
             continue
-        english, cell_id = _source(cell), cell["id"]
+        english, cell_id = notebook_cells.source(cell), cell["id"]
         entry = old.get(cell_id)
         fresh = entry is not None and not entry.todo and entry.fp == fingerprint(english)
         text = entry.text if entry is not None else english.rstrip("\n")

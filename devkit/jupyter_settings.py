@@ -114,7 +114,7 @@ def configure(c: Any, environ: Mapping[str, str] = os.environ) -> None:
 #: `jupyterlab-language-pack-zh-CN` package, in the `lab` extra). English is said outright,
 #: not left at JupyterLab's "default", which follows the server's system locale: a Chinese
 #: laptop's `--lang en` lab would otherwise show Chinese menus.
-JUPYTERLAB_LOCALES = {"en": "en", "zh": "zh_CN"}
+JUPYTERLAB_LOCALES = i18n.LOCALES
 
 #: One Jupyter config folder per edition, holding only its `labconfig/` language override.
 EDITIONS_CONFIG_DIR = LAB_CONFIG_DIR / "editions"

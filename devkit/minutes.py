@@ -38,6 +38,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from devkit import notebook_cells
+from devkit.i18n import HAN
+
 PROJECT = Path(__file__).resolve().parents[1]
 COURSE_MAP = PROJECT / "docs" / "teaching" / "course-map.md"
 #: Measured seconds per code cell, by notebook and cell id (`--measure`).
@@ -58,9 +61,8 @@ OPTIONAL_PART = re.compile(r"^##\s+选读")
 #: "大约 60 分钟；选读部分另需 25 分钟").
 HEADER = re.compile(r"About (\d+) minutes(?:; optional part (\d+) more)?")
 HEADER_ZH = re.compile(r"大约 (\d+) 分钟(?:；选读部分另需 (\d+) 分钟)?")
-_HANZI = re.compile(r"[\u4e00-\u9fff]")
+_HANZI = re.compile(f"[{HAN}]")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'’.-]*")
-_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 _EXERCISE_LABEL = re.compile(r"练习\s*([A-Z])")
 _ROW_EXERCISE = re.compile(r"`([\w-]+)` 练习 ([A-Z])")
 
@@ -88,22 +90,13 @@ def round_minutes(minutes: float) -> int:
     return math.floor(minutes / ROUND_TO + 0.5) * ROUND_TO
 
 
-def _src(cell: dict[str, Any]) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else s
-
-
-def _tags(cell: dict[str, Any]) -> list[str]:
-    return cell.get("metadata", {}).get("tags", [])
-
-
 def reading_minutes(text: str, *, code: bool = False) -> float:
     """Minutes to read one cell: code by its non-blank lines; prose by its English words
     and its 汉字 (a fenced block inside prose is read as code)."""
     if code:
         return sum(1 for line in text.splitlines() if line.strip()) / CODE_LINES_PER_MIN
-    fenced = "\n".join(_FENCE.findall(text))
-    prose = _FENCE.sub("", text)
+    fenced = "\n".join(m.group(0) for m in notebook_cells.FENCE.finditer(text))
+    prose = notebook_cells.FENCE.sub("", text)
     return (len(_WORD.findall(_HANZI.sub(" ", prose))) / WORDS_PER_MIN
             + len(_HANZI.findall(prose)) / HANZI_PER_MIN
             + reading_minutes(fenced, code=True))
@@ -146,12 +139,12 @@ def estimate(cells: list[dict[str, Any]], name: str, *, course_map: str | None =
     sections = parts(cells)
     # An exercise the course map marks optional takes its own section ("## 练习 B") along.
     optional_sections = {
-        sections[i][0] for i, cell in enumerate(cells) if "exercise" in _tags(cell)
+        sections[i][0] for i, cell in enumerate(cells) if "exercise" in notebook_cells.tags(cell)
         and _EXERCISE_LABEL.search(sections[i][1])
         and not _exercise(cell, name, sections[i][1], listed)[1]}
     result = Estimate()
     for i, cell in enumerate(cells):
-        text, tags = _src(cell), _tags(cell)
+        text, tags = notebook_cells.source(cell), notebook_cells.tags(cell)
         number, heading, part = sections[i]
         where = "optional" if number in optional_sections else part
         if "presenter" in tags:
@@ -180,13 +173,13 @@ def parts(cells: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
     out: list[tuple[int, str, str]] = []
     number, heading, level, part = 0, "", 0, "main"
     for cell in cells:
-        text = _src(cell)
+        text = notebook_cells.source(cell)
         if cell["cell_type"] == "markdown" and text.startswith("#"):
             first = text.splitlines()[0]
             new_level = len(first) - len(first.lstrip("#"))
             if OPTIONAL_PART.match(first):
                 part = "optional"
-            elif new_level <= 2 and ("recap" in _tags(cell)
+            elif new_level <= 2 and ("recap" in notebook_cells.tags(cell)
                                      or first.lstrip("# ").startswith("收尾")):
                 part = "main"  # the recap and the closing cell: every learner's
             if new_level <= level or not _EXERCISE_LABEL.search(heading):
@@ -198,7 +191,7 @@ def parts(cells: list[dict[str, Any]]) -> list[tuple[int, str, str]]:
 def _exercise(cell: dict[str, Any], name: str, heading: str,
               listed: dict[tuple[str, str], tuple[float, bool]]) -> tuple[str, bool, float]:
     """(what, core, minutes) of one exercise cell under `heading`."""
-    tags = _tags(cell)
+    tags = notebook_cells.tags(cell)
     label = _EXERCISE_LABEL.search(heading)
     row = next((v for (ref, lab), v in listed.items()
                 if label and lab == f"练习 {label.group(1)}" and _refers_to(ref, name)), None)
@@ -210,14 +203,14 @@ def _exercise(cell: dict[str, Any], name: str, heading: str,
 
 def notebook_estimate(path: Path) -> Estimate:
     """The model applied to a notebook file (the 中文 edition: `notebooks/zh/NAME.ipynb`)."""
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    cells = notebook_cells.cells(path)
     return estimate(cells, path.stem)
 
 
 def header_figures(cells: list[dict[str, Any]]) -> tuple[int, int] | None:
     """(main, optional) as the notebook's header (its second cell) says them, in either
     edition; optional 0 when the header names no optional part."""
-    text = _src(cells[1]) if len(cells) > 1 else ""
+    text = notebook_cells.source(cells[1]) if len(cells) > 1 else ""
     found = HEADER.search(text) or HEADER_ZH.search(text)
     if found is None:
         return None
@@ -235,7 +228,7 @@ def measure(path: Path) -> dict[str, float]:
                         "--execute", "--ExecutePreprocessor.record_timing=True",
                         "--ExecutePreprocessor.timeout=120", "--output", str(out),
                         str(path)], check=True, cwd=path.parent)
-        cells = json.loads(out.read_text(encoding="utf-8"))["cells"]
+        cells = notebook_cells.cells(out)
     timed: dict[str, float] = {}
     for cell in cells:
         stamps = cell.get("metadata", {}).get("execution", {})

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit import i18n
+from devkit import i18n, notebook_cells
 from devkit.i18n import listing, say
 
 #: The checkout this module belongs to (it sits at `<root>/devkit/rules.py`), so the
@@ -336,14 +336,13 @@ def scan_notebooks(root: Path, known: Iterable[str]) -> dict[str, list[str]]:
     places: dict[str, list[str]] = {i: [] for i in known}
     for path in sorted((root / "notebooks").glob("*.ipynb")):
         try:
-            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+            cells = notebook_cells.cells(path)
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         rel = path.relative_to(root).as_posix()
         heading = ""
         for index, cell in enumerate(cells):
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else source
+            source = notebook_cells.source(cell)
             if cell.get("cell_type") == "markdown":
                 headings = _HEADING.findall(source)
                 if headings:

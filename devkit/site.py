@@ -58,6 +58,8 @@ import nbformat
 
 from devkit import services
 from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks
+from devkit.i18n import CJK, LOCALES
+from devkit.notebook_cells import FENCE
 from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,8 +115,8 @@ def editions(root: Path = ROOT) -> dict[str, Edition]:
           "classroom": root / "docs" / "classroom.md"}
     zh = {"RULES": root / "RULES.zh-CN.md",
           **{f"teaching/{p.stem}": p for p in sorted((teaching / "zh").glob("*.md"))}}
-    return {"en": Edition("en", "en", "English", root / "notebooks", en),
-            "zh": Edition("zh", "zh_CN", "中文", root / "notebooks" / "zh", zh)}
+    return {"en": Edition("en", LOCALES["en"], "English", root / "notebooks", en),
+            "zh": Edition("zh", LOCALES["zh"], "中文", root / "notebooks" / "zh", zh)}
 
 
 def chapters(root: Path = ROOT) -> list[str]:
@@ -171,9 +173,7 @@ def relink(text: str, source: Path, lang: str, where: dict[Path, tuple[str, str]
     return _LINK.sub(one, text)
 
 
-_CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
-_CJK_BREAK = re.compile(f"(?<=[{_CJK}\u201c\u201d])\n[ \t]*(?=[{_CJK}\u201c])")
-_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
+_CJK_BREAK = re.compile(f"(?<=[{CJK}\u201c\u201d])\n[ \t]*(?=[{CJK}\u201c])")
 
 
 def join_cjk_lines(text: str) -> str:
@@ -181,7 +181,7 @@ def join_cjk_lines(text: str) -> str:
     a browser shows such a break as a space (`待投递箱、 把任务`), where the source only
     wrapped a long line. Fenced code is left as it is."""
     parts, last = [], 0
-    for fence in _FENCE.finditer(text):
+    for fence in FENCE.finditer(text):
         parts += [_CJK_BREAK.sub("", text[last:fence.start()]), fence.group(0)]
         last = fence.end()
     return "".join([*parts, _CJK_BREAK.sub("", text[last:])])
@@ -279,26 +279,9 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], cwd: Path, log: Path
         client.execute(env=env, stdout=out, stderr=out)
 
 
-#: `_hold_servers` points this process's TEAMDESK_DATA_DIR at one lane's folder at a time.
-_ENVIRON = threading.Lock()
-
-
 def _hold_servers(folder: Path) -> None:
     """Start (or reuse) the embedded servers in `folder`, kept while this process lives."""
-    with _ENVIRON:
-        _hold_in(folder)
-
-
-def _hold_in(folder: Path) -> None:
-    saved = os.environ.get("TEAMDESK_DATA_DIR")
-    os.environ["TEAMDESK_DATA_DIR"] = str(folder)
-    try:
-        services.resolve_settings(owner_pid=os.getpid())
-    finally:
-        if saved is None:
-            os.environ.pop("TEAMDESK_DATA_DIR", None)
-        else:
-            os.environ["TEAMDESK_DATA_DIR"] = saved
+    services.resolve_settings(owner_pid=os.getpid(), root=folder)
 
 
 def _zh_sources(root: Path = ROOT) -> dict[str, Path]:

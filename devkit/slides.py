@@ -35,7 +35,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, ClassVar
 
-from devkit import copies
+from devkit import copies, notebook_cells
 
 #: The vendored reveal.js (`devkit/reveal/README.md`).
 REVEAL_DIR = Path(__file__).resolve().parent / "reveal"
@@ -82,7 +82,7 @@ def _slide_type(cell: dict[str, Any]) -> str:
 
 def shown_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The cells a deck is made of: all but the solutions."""
-    return [c for c in cells if SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])]
+    return [c for c in cells if SOLUTION_TAG not in notebook_cells.tags(c)]
 
 
 def notes_with_their_page(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,7 +109,7 @@ def hold_answers(cells: list[dict[str, Any]]) -> None:
     waiting = False
     for cell in cells:
         kind = _slide_type(cell)
-        if "predict" in cell.get("metadata", {}).get("tags", []):
+        if "predict" in notebook_cells.tags(cell):
             waiting = True
         elif waiting and kind not in ("notes", "skip"):
             if kind == "-":
@@ -141,15 +141,9 @@ def is_deck(cells: Iterable[dict[str, Any]]) -> bool:
     return any(_slide_type(c) in ("slide", "subslide") for c in cells)
 
 
-def _cells(path: Path) -> list[dict[str, Any]]:
-    import nbformat
-
-    return nbformat.read(path, as_version=4)["cells"]
-
-
 def deck_notebooks(project: Path, lang: str = "en") -> list[Path]:
     """The notebooks of edition `lang` that carry slides, in course order."""
-    return [p for p in copies.source_notebooks(project, lang) if is_deck(_cells(p))]
+    return [p for p in copies.source_notebooks(project, lang) if is_deck(notebook_cells.cells(p))]
 
 
 def resolve(project: Path, names: Iterable[str], lang: str = "en") -> list[Path]:

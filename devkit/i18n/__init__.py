@@ -55,8 +55,17 @@ from pathlib import Path
 from typing import Any
 
 LANGS = ("en", "zh")
+#: Each edition's locale, as Sphinx's `language` and JupyterLab's display language name it
+#: (the site's theme words, the lab's menus: `zh_CN` is the zh-CN language pack's).
+LOCALES = {"en": "en", "zh": "zh_CN"}
 #: The language written at the call; every other one comes from a catalogue.
 SOURCE_LANG = "en"
+#: Chinese characters (CJK unified ideographs), as the body of a regex character class:
+#: what the minutes count as 汉字.
+HAN = "\u4e00-\u9fff"
+#: Any character of CJK text — ideographs, radicals, kana, compatibility ideographs, CJK
+#: punctuation and full-width forms — as the body of a regex character class.
+CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
 _MARKER = re.compile(r"^<!-- msg (?P<key>[\w.-]+) en (?P<fp>[0-9a-f]{8})(?P<todo> todo)? -->$")
 _COMMENT = re.compile(r"^<!--.*-->$")
 

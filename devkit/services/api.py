@@ -72,13 +72,15 @@ def _urls(root: Path, state: dict) -> ServiceUrls:
     )
 
 
-def ensure_services(owner_pid: int | None = None, keep: bool = False) -> ServiceUrls:
-    """Start the embedded servers if they are not running, and register an owner.
+def ensure_services(owner_pid: int | None = None, keep: bool = False,
+                    root: Path | None = None) -> ServiceUrls:
+    """Start the embedded servers of data folder `root` (default: `data_dir()`) if they are
+    not running, and register an owner.
 
     `owner_pid` (default: this process) keeps them alive while it lives; `keep=True` pins
     them until `stop_services()`.
     """
-    root = data_dir()
+    root = root.resolve() if root is not None else data_dir()
     with locked(root):
         state = load_state(root)
         started_pg = False
@@ -155,12 +157,14 @@ def _version(cmd: list[str]) -> str:
         return f"unavailable ({err.strerror})"
 
 
-def resolve_settings(settings: Settings | None = None, *, owner_pid: int | None = None) -> Settings:
-    """Settings with both URLs filled in: from the environment, or the embedded default."""
+def resolve_settings(settings: Settings | None = None, *, owner_pid: int | None = None,
+                     root: Path | None = None) -> Settings:
+    """Settings with both URLs filled in: from the environment, or the embedded servers of
+    data folder `root` (default: `data_dir()`)."""
     settings = settings or Settings.from_env()
     if settings.database_url and settings.redis_url:
         return settings
-    urls = ensure_services(owner_pid=owner_pid)
+    urls = ensure_services(owner_pid=owner_pid, root=root)
     return settings.replace(
         database_url=settings.database_url or urls.database_url,
         redis_url=settings.redis_url or urls.redis_url,

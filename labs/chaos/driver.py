@@ -24,7 +24,7 @@ from labs.chaos.guards import RedisRestart
 from labs.chaos.holds import Held, Holds, read_history
 from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.plan import STRIKE_EXPORT
-from labs.chaos.report import ChaosReport, Strike
+from labs.chaos.report import CLEARED, KEPT, LEASE_AFTER, TAKEN_OVER, ChaosReport, Strike
 from labs.chaos.schedule import FaultEvent
 from labs.chaos.workload import create
 from labs.history import short
@@ -175,7 +175,7 @@ class Driver:
             try:
                 await asyncio.wait_for(lock.acquire(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                return self._missed(ev, say("chaos.driver.still-under", "{worker} was still "
+                return self._missed(ev, say("chaos.driver.still-faulted", "{worker} was still "
                                             "under an earlier fault",
                                             worker=f"w{ev.worker + 1}"))
             targets = [ev.worker]
@@ -283,8 +283,8 @@ class Driver:
         has claimed its task — after a stall, or after a D6 recovery and a re-dispatch —
         so its next fenced write meets a newer lease and must match nothing (P3, P6).
         The bound only detects a takeover that never came. `strike.lease_after` says
-        what it found: "taken over", "cleared" (recovered by D6, not claimed again yet)
-        or "kept". With `cleared_will_do` a D6 recovery is enough: the lease is gone
+        what it found: `TAKEN_OVER`, `CLEARED` (recovered by D6, not claimed again yet)
+        or `KEPT`. With `cleared_will_do` a D6 recovery is enough: the lease is gone
         all the same, and the executor's next write must match nothing."""
         deadline = time.monotonic() + timeout
         while True:
@@ -295,8 +295,8 @@ class Driver:
             if newer or (cleared and cleared_will_do) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.05)  # poll interval of an external state
-        strike.lease_after = ("taken over" if newer else
-                              "kept" if state == ("RUNNING", held.execution_id) else "cleared")
+        strike.lease_after = (TAKEN_OVER if newer else
+                              KEPT if state == ("RUNNING", held.execution_id) else CLEARED)
 
     def _let_go(self, held: Held) -> None:
         """Let a held executor go on (idempotent): no more holding for its token."""
@@ -316,10 +316,7 @@ class Driver:
     @staticmethod
     def _lease(strike: Strike) -> str:
         """What the held lease had become (`Strike.lease_after`), in the edition's words."""
-        return {"taken over": say("chaos.driver.lease-taken-over", "taken over"),
-                "cleared": say("chaos.driver.lease-cleared", "cleared"),
-                "kept": say("chaos.driver.lease-kept", "kept")}.get(strike.lease_after or "",
-                                                                    strike.lease_after or "")
+        return LEASE_AFTER.shown(strike.lease_after or "")
 
     # ------------------------------------------------------------ the faults, one per kind
 
@@ -484,7 +481,7 @@ class Driver:
         e2: Held | None = None
         try:
             e2 = await self.holds.reached(list(tokens), tokens, ev.hold + 8.0)
-            strike.lease_after = "taken over" if e2 is not None else "kept"
+            strike.lease_after = TAKEN_OVER if e2 is not None else KEPT
             self.note(say("chaos.driver.e2", "E2 {execution} on {worker} took {task} over, "
                           "held between two batches", execution=short(e2.execution_id),
                           worker=e2.worker, task=held.task_id) if e2 else

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from labs.i18n import say
+from labs.chaos.words import Words
 
 #: Whom a fault strikes: one worker process, one worker's Redis link, the Redis server
 #: every worker uses, or whichever worker holds an export first.
@@ -30,7 +30,8 @@ class FaultKind:
     #: Whom it strikes; a `server` fault has no worker and never overlaps another, an
     #: `any` fault has no worker of its own (the first to hold an export).
     target: Target
-    #: What a strike does, as the printed schedule says it (followed by the hold).
+    #: What a strike does, as the printed schedule says it (followed by the hold;
+    #: `ACTIONS` says it in the edition's words).
     action: str
     #: What it is and what it tests, for a reader.
     description: str
@@ -83,23 +84,15 @@ BREAKS_REDIS: frozenset[str] = frozenset(k for k, kind in FAULT_KINDS.items()
                                          if kind.breaks_redis)
 
 
+#: Each kind's action as the printed schedule says it, under the key `chaos.kind.<name>`.
+ACTIONS = Words("chaos.kind", {k.action: k.name for k in FAULT_KINDS.values()}, __file__,
+                suffix=" {hold:.2f} s")
+
+
 def action_line(kind: str, hold: float) -> str:
     """What a strike of `kind` does and for how long (its `action` and the hold), in the
     edition's words: the printed schedule's last column."""
-    said = {
-        "sigkill": lambda: say("chaos.kind.sigkill", "SIGKILL, restart after {hold:.2f} s",
-                               hold=hold),
-        "sigterm": lambda: say("chaos.kind.sigterm", "SIGTERM, restart after {hold:.2f} s",
-                               hold=hold),
-        "redis": lambda: say("chaos.kind.redis", "stop Redis, start again after {hold:.2f} s",
-                             hold=hold),
-        "cut": lambda: say("chaos.kind.cut", "cut its Redis link for {hold:.2f} s", hold=hold),
-        "sigstop": lambda: say("chaos.kind.sigstop", "SIGSTOP beyond its lock, SIGCONT after "
-                               "{hold:.2f} s", hold=hold),
-        "takeover": lambda: say("chaos.kind.takeover", "SIGSTOP, hand over, SIGCONT within "
-                                "{hold:.2f} s", hold=hold),
-    }.get(kind)
-    return said() if said is not None else f"{FAULT_KINDS[kind].action} {hold:.2f} s"
+    return ACTIONS.shown(FAULT_KINDS[kind].action, hold=hold)
 
 
 def check_kinds(kinds: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from labs import fonts
 from labs.chaos.kinds import FAULT_KINDS
-from labs.chaos.report import ChaosReport
+from labs.chaos.report import CLEARED, TAKEN_OVER, ChaosReport
 from labs.i18n import say
 
 
@@ -40,7 +40,7 @@ def plot_swimlanes(report: ChaosReport, path: str | Path | None = None) -> Any:
         lane = st.worker or st.lane
         top.plot([st.at], [y[lane] + 0.42], marker="v", markersize=9, color="black",
                  zorder=5)
-        if st.lease_after in ("taken over", "cleared"):
+        if st.lease_after in (TAKEN_OVER, CLEARED):
             top.plot([st.at], [y[lane] - 0.42], marker="x", markersize=8, color="#d62728",
                      zorder=5)
     top.axvspan(0, report.config.duration, color="#ffeeee", zorder=-1)

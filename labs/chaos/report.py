@@ -15,6 +15,7 @@ from labs.chaos.config import ChaosConfig
 from labs.chaos.holds import Crossing
 from labs.chaos.kinds import FAULT_KINDS
 from labs.chaos.schedule import FaultEvent
+from labs.chaos.words import Words
 from labs.chaos.workload import Expected
 from labs.history import short
 from labs.i18n import say
@@ -25,6 +26,13 @@ from labs.timings import CHAOS_WORKER, describe
 #: different tasks RUNNING (the same task struck twice counts once) — and every kind
 #: scheduled struck one (`ChaosReport.conclusive`).
 MIN_DISTINCT_TASKS = 3
+
+
+#: What a held lease had become when its executor went on (`Strike.lease_after`).
+TAKEN_OVER, CLEARED, KEPT = "taken over", "cleared", "kept"
+#: Those words in the edition's words (the strike's log line).
+LEASE_AFTER = Words("chaos.lease", {TAKEN_OVER: "taken-over", CLEARED: "cleared", KEPT: "kept"},
+                    __file__)
 
 
 @dataclass
@@ -47,8 +55,8 @@ class Strike:
     #: offset or later, once its sync points have come (`labs.chaos.driver`).
     fault: int = 0
     due: float = 0.0
-    #: What the held lease had become when its executor was let go on: "taken over" (a
-    #: newer claim), "cleared" (a D6 recovery, no new claim yet) or "kept"; None when
+    #: What the held lease had become when its executor was let go on: `TAKEN_OVER` (a
+    #: newer claim), `CLEARED` (a D6 recovery, no new claim yet) or `KEPT`; None when
     #: the strike did not wait for it (the executor died, or was let go at once).
     lease_after: str | None = None
 

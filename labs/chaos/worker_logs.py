@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
-from labs.i18n import say
+from labs.chaos.words import Words
 from labs.timings import CHAOS_WORKER
 from teamdesk.tasks.dispatcher import DispatchReport
 
@@ -57,37 +57,27 @@ def parse(text: str) -> Iterator[LogLine]:
 #: The labels of the counts a report keeps as figures of its own (`ChaosReport`).
 LEASES_LOST = "leases lost (P6: a newer executor owned the task)"
 STALLS = "queue stalls detected"
-#: What the summary counts in the workers' logs: label → when a line counts.
-LOG_COUNTS: dict[str, tuple[str, ...]] = {
-    LEASES_LOST: ("task.lease_lost",),
-    "errors reported with the lease (P7)": ("task.error",),
-    STALLS: ("task.stalled",),
-    "jobs the queue gave up on (failed listener, exhausted)": ("task.failed",),
-    "dispatch ticks that failed (D8)": ("dispatch.fault",),
-    "worker/Redis errors (worker.error)": ("worker.error",),
-    "drain timeouts (exit 3)": ("worker.drain_timeout",),
-    "duplicate deliveries skipped (P1)": ("task.skipped", "task.not_claimed"),
+#: What the summary counts in the workers' logs: label → (the last part of its key
+#: `chaos.logs.<key>`, the events of a line that counts).
+_COUNTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    LEASES_LOST: ("leases-lost", ("task.lease_lost",)),
+    "errors reported with the lease (P7)": ("errors", ("task.error",)),
+    STALLS: ("stalls", ("task.stalled",)),
+    "jobs the queue gave up on (failed listener, exhausted)": ("gave-up", ("task.failed",)),
+    "dispatch ticks that failed (D8)": ("ticks-failed", ("dispatch.fault",)),
+    "worker/Redis errors (worker.error)": ("worker-errors", ("worker.error",)),
+    "drain timeouts (exit 3)": ("drain-timeouts", ("worker.drain_timeout",)),
+    "duplicate deliveries skipped (P1)": ("skipped", ("task.skipped", "task.not_claimed")),
 }
+#: Label → when a line counts.
+LOG_COUNTS: dict[str, tuple[str, ...]] = {label: ev for label, (_, ev) in _COUNTED.items()}
+#: The labels in the edition's words.
+LABELS = Words("chaos.logs", {label: key for label, (key, _) in _COUNTED.items()}, __file__)
 
 
 def shown(label: str) -> str:
-    """A label of `LOG_COUNTS` in the edition's words (the label itself is the key)."""
-    return {
-        LEASES_LOST: say("chaos.logs.leases-lost", "leases lost (P6: a newer executor owned "
-                         "the task)"),
-        "errors reported with the lease (P7)": say("chaos.logs.errors", "errors reported with "
-                                                   "the lease (P7)"),
-        STALLS: say("chaos.logs.stalls", "queue stalls detected"),
-        "jobs the queue gave up on (failed listener, exhausted)": say(
-            "chaos.logs.gave-up", "jobs the queue gave up on (failed listener, exhausted)"),
-        "dispatch ticks that failed (D8)": say("chaos.logs.ticks-failed", "dispatch ticks that "
-                                               "failed (D8)"),
-        "worker/Redis errors (worker.error)": say("chaos.logs.worker-errors", "worker/Redis "
-                                                  "errors (worker.error)"),
-        "drain timeouts (exit 3)": say("chaos.logs.drain-timeouts", "drain timeouts (exit 3)"),
-        "duplicate deliveries skipped (P1)": say("chaos.logs.skipped", "duplicate deliveries "
-                                                 "skipped (P1)"),
-    }.get(label, label)
+    """A label of `LOG_COUNTS` in the edition's words."""
+    return LABELS.shown(label)
 
 
 #: The dispatcher's tick report fields summed over the run (D4, D6); the names are

@@ -74,18 +74,19 @@ class OrderRuns:
     stopped: list[str] = field(default_factory=list)
 
     def verdict(self) -> Verdict:
-        notes = [*(say("ch23.redis-up", "Redis up: {note}", note=s) for s in self.calm),
-                 *(say("ch23.redis-stopped", "Redis stopped during your steps, then back: {note}",
+        notes = [*(say("ch23.order.calm-note", "Redis up: {note}", note=s) for s in self.calm),
+                 *(say("ch23.order.storm-note",
+                       "Redis stopped during your steps, then back: {note}",
                        note=s) for s in self.storm),
                  *self.stopped]
         facts = {"calm": list(self.calm), "storm": list(self.storm), "calm_ok": self.calm_ok,
                  "storm_ok": self.storm_ok, "lost": self.lost}
         if self.calm_ok and self.storm_ok:
-            return passed(say("ch23.your-order-holds", "Your order holds: enqueued exactly once "
+            return passed(say("ch23.order.holds", "Your order holds: enqueued exactly once "
                               "and completed with Redis up; with Redis down nothing was lost and "
                               "the next tick after recovery took the row (D2, D3, D8)."),
                           *notes, **facts)
-        return failed(say("ch23.not-yet", "Not yet:"), *notes, **facts)
+        return failed(say("ch23.order.not-yet", "Not yet:"), *notes, **facts)
 
 
 async def _one_row(lab: Lab, conn: Any, task_id: str) -> Any:
@@ -147,7 +148,7 @@ async def judge_order(fn: Any, *, settings: Settings | None = None) -> Verdict:
        skipped by the scan for 30 s (D1, D3); a row left unmarked is taken by that tick
        and completed."""
     if not inspect.iscoroutinefunction(fn):
-        return failed(say("ch23.write-async-def", "write it as `async def my_dispatch_one(row, "
+        return failed(say("ch23.order.not-async", "write it as `async def my_dispatch_one(row, "
                           "steps): ...` (the steps are awaited)"))
     runs = OrderRuns()
     async with fresh_world("23-order-judge", runs.stopped, settings=settings, tickets=10,
@@ -165,17 +166,17 @@ async def _calm(lab: Lab, conn: Any, fn: Any, steps: Steps, found: OrderRuns) ->
     row, job = await lab.task(calm.id), await lab.job(calm.id)
     note = found.calm.append
     if error:
-        note(say("ch23.your-steps-raised", "your steps raised {error} although Redis was up",
+        note(say("ch23.calm.raised", "your steps raised {error} although Redis was up",
                  error=error))
     if job is None:
-        note(say("ch23.no-job-queue", "no job in the queue: the row was never enqueued (D2)"))
+        note(say("ch23.calm.no-job", "no job in the queue: the row was never enqueued (D2)"))
     if row.dispatched_at is None:
-        note(say("ch23.dispatched-not-marked", "dispatched_at was not marked: every scan takes "
+        note(say("ch23.calm.unmarked", "dispatched_at was not marked: every scan takes "
                  "the row again as never dispatched, first in line (D3)"))
     if job is None or error:
         return
     status, runs = await _ran(lab, calm.id)
-    note(say("ch23.calm-ran", "one job (<task>-{run}); the worker ran it {runs} time(s); the "
+    note(say("ch23.calm.ran", "one job (<task>-{run}); the worker ran it {runs} time(s); the "
              "task is {status}", run=row.run, runs=runs, status=status))
     found.calm_ok = row.dispatched_at is not None and runs == 1 and status == "COMPLETED"
 
@@ -389,7 +390,7 @@ async def judge_recovery_test(test_fn: Any, *, settings: Settings | None = None,
     outage and see the task completed; handed `MarkFirst`, it must fail by an assertion
     (O1, D3, D8). Each run is bounded by `bound` seconds."""
     if not inspect.iscoroutinefunction(test_fn):
-        return failed(say("ch23.b.write-async-def", "write it as `async def my_test(lab, "
+        return failed(say("ch23.b.not-async", "write it as `async def my_test(lab, "
                           "dispatch): ...` (the dispatcher under test is awaited)"))
     settings = await resolved(settings)
     # The two worlds share nothing (own database, own prefix, own Redis): side by side.

@@ -100,7 +100,7 @@ def d_judged(facts: dict[str, Any]) -> Verdict:
     a reminder sent, while `d1` still waits in Redis as a delayed job — nothing is
     cancelled there (O4); its own revision decides what it does when its delay ends (M1)."""
     if facts["new"] is None:
-        return failed(say("ch24.answer-should-d", "return D's new REMINDER task (the second "
+        return failed(say("ch24.d.not-a-reminder", "return D's new REMINDER task (the second "
                           "value lab.set_due_date returns)"), **facts)
     status, summary, ticket_id, _revision = facts["new"]
     if ticket_id != facts["d_id"] or facts["d1_returned"]:
@@ -108,7 +108,7 @@ def d_judged(facts: dict[str, Any]) -> Verdict:
                           "move D's own due date with lab.set_due_date(D.id, …), which writes "
                           "D's next revision and its reminder (O3)"), **facts)
     if status != "COMPLETED" or not summary.startswith("Reminder sent"):
-        return failed(say("ch24.new-reminder-not", "the new reminder is {status}, not yet "
+        return failed(say("ch24.d.new-reminder-unsent", "the new reminder is {status}, not yet "
                           "completed with a reminder sent: dispatch it, then wait for the "
                           "worker", status=status), **facts)
     if facts["d1"] != ("WAITING", "delayed"):
@@ -199,18 +199,18 @@ async def _situations(lab: Lab) -> list[tuple[str, Any, bool, str]]:
     await lab.set_due_date(t.id, now + timedelta(minutes=5))
     out.append((say("ch24.stale.moved", "its due date moved (a newer reminder exists)"), moved,
                 False,
-                say("ch24.newer-reminder-will", "the newer reminder will remind too: twice for "
+                say("ch24.stale.moved-cost", "the newer reminder will remind too: twice for "
                     "one ticket")))
     t, cleared = await lab.create_ticket("Judge: due date cleared", due_at=now)
     await lab.set_due_date(t.id, None)
-    out.append((say("ch24.due-date-cleared", "its due date was cleared"), cleared, False,
-                say("ch24.reminder-ticket-has", "a reminder for a ticket that has no due date any "
+    out.append((say("ch24.stale.cleared", "its due date was cleared"), cleared, False,
+                say("ch24.stale.cleared-cost", "a reminder for a ticket that has no due date any "
                     "more")))
     t, closed = await lab.create_ticket("Judge: closed", due_at=now)
     async with lab.sessions() as s:
         await ticket_services.close_ticket(s, lab.team, "ben", t.id)
-    out.append((say("ch24.ticket-closed", "its ticket was closed"), closed, False,
-                say("ch24.reminder-about-closed", "a reminder about a closed ticket")))
+    out.append((say("ch24.stale.closed", "its ticket was closed"), closed, False,
+                say("ch24.stale.closed-cost", "a reminder about a closed ticket")))
     return out
 
 
@@ -234,7 +234,8 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
     from teamdesk.testing import FakeJob
 
     if not callable(fn):
-        return failed(say("ch24.write-function-def", "write a function: def my_stale_reason(task, "
+        return failed(say("ch24.stale.not-a-function",
+                          "write a function: def my_stale_reason(task, "
                           "ticket): ..."))
     ctx = TaskContext(settings=lab.settings, actor="J", stale_check=fn)
     lines: list[str] = []
@@ -244,7 +245,7 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
         try:
             await process_task(FakeJob(task.id), None, ctx)
         except Exception as err:  # the learner's check raised: the processor re-raised it
-            lines.append(say("ch24.your-check-raised", "✗ {what}: your check raised {error_type}; "
+            lines.append(say("ch24.stale.check-raised", "✗ {what}: your check raised {error_type}; "
                              "the reminder is left for a retry, nobody was told why",
                              what=what, error_type=type(err).__name__))
             continue
@@ -252,14 +253,15 @@ async def judge_stale(fn: Any, *, lab: Lab) -> Verdict:
         sent = (row.result_summary or "").startswith("Reminder sent")
         right += sent == should_send
         mark = "✓" if sent == should_send else "✗"
-        did = say("ch24.reminded", "reminded") if sent else say("ch24.sent-nothing", "sent nothing")
+        did = (say("ch24.stale.did-remind", "reminded") if sent
+               else say("ch24.stale.did-nothing", "sent nothing"))
         ought = "" if sent == should_send else f" — {cost}"
         lines.append(say("ch24.stale.line", "{mark} {what}: {did} ({status}: "
                          "{result_summary}){ought}", mark=mark, what=what, did=did,
                          status=row.status.value, result_summary=row.result_summary, ought=ought))
     if right == total:
-        return passed(say("ch24.every-reminder-did", "every reminder did what it should: only the "
+        return passed(say("ch24.stale.holds", "every reminder did what it should: only the "
                           "current one reminded anyone (M1, O3, P10)"),
                       *lines, right=right, total=total)
-    return failed(say("ch24.right", "{right} of {total} right:", right=right, total=total),
+    return failed(say("ch24.stale.score", "{right} of {total} right:", right=right, total=total),
                   *lines, right=right, total=total)

@@ -98,12 +98,12 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     the filters match (a new, narrower task, R4). Else what went wrong, from the real
     system."""
     if not isinstance(filters, dict) or filters.get("text") != WISH["text"]:
-        return failed(say("ch25.keep-ben-wish", "keep Ben's wish, {{'text': 'Webhook', …}}, and "
+        return failed(say("ch25.narrow.keep-wish", "keep Ben's wish, {{'text': 'Webhook', …}}, and "
                           "narrow it with more filters"))
     try:
         task = await lab.request_export(filters, user=user)
     except TeamDeskError as err:
-        return failed(say("ch25.request-refused-wrote", "the request was refused and wrote "
+        return failed(say("ch25.narrow.refused", "the request was refused and wrote "
                           "nothing — {error_type}: {err}", error_type=type(err).__name__, err=err),
                       refused=type(err).__name__)
     if "W" not in lab.workers:
@@ -113,7 +113,7 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     row = await lab.task(task.id)
     facts = {"task_id": task.id, "status": row.status.value}
     if row.status is not TaskStatus.COMPLETED:
-        return failed(say("ch25.accepted-but-export", "accepted, but the export ended {status}: "
+        return failed(say("ch25.narrow.export-failed", "accepted, but the export ended {status}: "
                           "{last_error}", status=row.status.value, last_error=row.last_error),
                       **facts)
     saved = list(csv.DictReader(io.StringIO((await download(lab, user, task)).csv)))
@@ -123,12 +123,13 @@ async def judge_narrowed(filters: Any, *, lab: Lab, user: str = "ben") -> Verdic
     limit = lab.settings.export_limit
     facts |= {"rows": len(saved), "limit": limit}
     if not saved:
-        return failed(say("ch25.ran-but-saved", "it ran, but saved 0 rows: narrow the export, do "
+        return failed(say("ch25.narrow.empty", "it ran, but saved 0 rows: narrow the export, do "
                           "not empty it"), **facts)
     if [int(r["id"]) for r in saved] != [t.id for t in meant] or not all(
             WISH["text"].lower() in r["title"].lower() for r in saved):
-        return failed(say("ch25.saved-rows-not", "the saved rows are not the tickets your filters "
+        return failed(say("ch25.narrow.wrong-rows",
+                          "the saved rows are not the tickets your filters "
                           "match"), **facts)
-    return passed(say("ch25.new-narrower-task", "a new, narrower task: COMPLETED, {rows} rows "
+    return passed(say("ch25.narrow.holds", "a new, narrower task: COMPLETED, {rows} rows "
                       "(limit {limit}), every one about Webhook — {result_summary} (X1, R4)",
                       rows=len(saved), limit=limit, result_summary=row.result_summary), **facts)

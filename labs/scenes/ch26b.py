@@ -194,22 +194,25 @@ def _test_verdict(product: TestRun, guard: TestRun) -> Verdict:
     runs = (str(product), str(guard))
     facts = {"product": product, "guard": guard}
     if product.outcome != "passed":
-        return failed(say("ch26b.product-your-test", "on the product your test does not pass: a "
+        return failed(say("ch26b.test.fails-on-product",
+                          "on the product your test does not pass: a "
                           "test must pass where the rule holds"),
                       *runs, **facts)
     if guard.outcome == "passed":
-        return failed(say("ch26b.your-test-passes", "your test passes on the status-only guard "
+        return failed(say("ch26b.test.passes-on-guard", "your test passes on the status-only guard "
                           "too: a test that cannot catch the bug is not a test"),
                       *runs, **facts)
     if guard.outcome != "failed":
-        return failed(say("ch26b.guard-your-test", "on the guard your test did not fail by an "
+        return failed(say("ch26b.test.guard-not-by-assertion",
+                          "on the guard your test did not fail by an "
                           "assertion: it must catch the bug by what it asserts about the row, not "
                           "by a wait that runs out"), *runs, **facts)
     if product.held or guard.held:
-        return failed(say("ch26b.your-test-left", "your test left a gate held: release every gate "
+        return failed(say("ch26b.test.gate-left-held",
+                          "your test left a gate held: release every gate "
                           "in finally"),
                       *runs, **facts)
-    return passed(say("ch26b.your-test-test", "your test is a test: it passes on the product and "
+    return passed(say("ch26b.test.holds", "your test is a test: it passes on the product and "
                       "catches the status-only guard (P3, P5, P6)"), *runs, **facts)
 
 
@@ -235,7 +238,7 @@ async def judge_test(test_fn: Any, *, settings: Settings | None = None,
     the status-only guard on for A (P3, P5); each run bounded by `bound` seconds and
     checked for gates left held."""
     if not asyncio.iscoroutinefunction(test_fn):
-        return failed(say("ch26b.pass-test-function", "pass the test function itself: an `async "
+        return failed(say("ch26b.test.not-async", "pass the test function itself: an `async "
                           "def` taking the lab"))
     settings = await resolved(settings)
     # The two worlds share nothing (own database, own prefix, own gates): run side by side.

@@ -81,11 +81,11 @@ async def judge_last_point(point: Any, *, lab: Lab, tried: dict[str, tuple] | No
         try:
             tried[point] = await fault_at(lab, point)
         except Exception as err:  # a wrong point is a step of learning, not a crash
-            return failed(say("ch26c.fault-never-struck", "that fault never struck inside a "
+            return failed(say("ch26c.last-point.never-struck", "that fault never struck inside a "
                               "reminder ({error_type})", error_type=type(err).__name__))
     before, between, after = counts = tried[point]
     if point != LAST_POINT:
-        return failed(say("ch26c.not-last-point", "not the last point inside the transaction "
+        return failed(say("ch26c.last-point.not-last", "not the last point inside the transaction "
                           "(counts {before} → {between} → {after})", before=before,
                           between=between, after=after), counts=counts)
     if between != before or after != _once_more(before):
@@ -124,23 +124,24 @@ class GateRuns:
                  "rolled_back": self.rolled_back, "final_status": self.final_status,
                  "final_effects": self.final_effects, "single": self.single}
         if not self.alone:
-            return failed(say("ch26c.your-gate-stopped", "your gate stopped the lease holder "
+            return failed(say("ch26c.gate.stops-holder", "your gate stopped the lease holder "
                               "itself: an executor alone could not complete its reminder"),
                           *self.notes, **facts)
         if not self.rolled_back:
-            return failed(say("ch26c.after-recovery-scan", "after the recovery scan cleared G's "
+            return failed(say("ch26c.gate.committed-anyway", "after the recovery scan cleared G's "
                               "lease, G's effects committed anyway (its completion matched 0 "
                               "rows): the ledger says WAITING, the ticket says sent"),
                           *self.notes, **facts)
         if not self.returned.startswith("lease lost"):
-            return failed(say("ch26c.g-writes-rolled", "G's writes rolled back, but not as a lost "
+            return failed(say("ch26c.gate.not-lease-lost",
+                              "G's writes rolled back, but not as a lost "
                               "lease: the processor took it for a failure of the task "
                               "({returned!r}); raise LeaseLost (P6)", returned=self.returned),
                           *self.notes, **facts)
         if not self.single:
-            return failed(say("ch26c.redelivery-did-not", "the redelivery did not end with "
+            return failed(say("ch26c.gate.redelivery-not-single", "the redelivery did not end with "
                               "exactly one of each effect"), *self.notes, **facts)
-        return passed(say("ch26c.your-gate-holds", "your gate holds: alone the reminder "
+        return passed(say("ch26c.gate.holds", "your gate holds: alone the reminder "
                           "completes; after the recovery scan G's completion matched 0 rows, "
                           "LeaseLost rolled all four writes back, and the redelivery gave the "
                           "only notification, event and version bump (P10, P12)"),
@@ -227,7 +228,7 @@ async def judge_gate(gate: Any, *, settings: Settings | None = None) -> Verdict:
     backoff is short (`backoff_delay_ms=30`): a gate that lets the effects commit makes the
     redelivery use up its attempts."""
     if not callable(gate):
-        return failed(say("ch26c.my-gate-must", "my_gate must be a function: def "
+        return failed(say("ch26c.gate.not-a-function", "my_gate must be a function: def "
                           "my_gate(rows_matched, lease): …"))
     runs = GateRuns()
     async with fresh_world("26c-gate-judge", runs.notes, settings=settings, tickets=40,

@@ -320,11 +320,11 @@ def _drain_verdict(runs: dict[str, DrainRun], problems: list[str]) -> Verdict:
     """The verdict of the two runs: the problems found (none: the drain keeps W4)."""
     codes = ", ".join(f"{name}: exit {run.code}" for name, run in runs.items())
     if not problems:
-        return passed(say("ch30.your-drain-keeps", "your drain keeps W4 ({codes}): no new job "
+        return passed(say("ch30.drain.holds", "your drain keeps W4 ({codes}): no new job "
                           "after SIGTERM, the running export finished and its lease went, and "
                           "past the deadline the process said so with exit 3", codes=codes),
                       runs=runs, problems=problems)
-    return failed(say("ch30.your-drain-breaks", "your drain breaks W4 ({codes}):", codes=codes),
+    return failed(say("ch30.drain.breaks", "your drain breaks W4 ({codes}):", codes=codes),
                   *problems, runs=runs, problems=problems)
 
 
@@ -373,7 +373,7 @@ async def _one_drain_run(base: Settings, timings: dict[str, str], drain_file: Pa
 
         async def reached() -> bool:
             if not proc.alive:  # e.g. the drain's file does not load
-                raise RuntimeError(say("ch30.process-exited-before", "the process exited before "
+                raise RuntimeError(say("ch30.drain.exited-early", "the process exited before "
                                        "its first job:\n{tail}", tail=proc.tail(8)))
             return await asyncio.to_thread((hold / "reached").exists)
 
@@ -418,7 +418,7 @@ async def world_redis_exists(world: Any, key: str) -> bool:
 def _problems(name: str, run: DrainRun) -> list[str]:
     """What `run` shows against W4, in the learner's terms."""
     if run.code is None:
-        return [say("ch30.process-did-not", "{name}: the process did not exit within {bound:g} s "
+        return [say("ch30.drain.no-exit", "{name}: the process did not exit within {bound:g} s "
                     "of SIGTERM (killed): a drain must end within its bound",
                     name=name, bound=run.drain_timeout_s + 15)]
     out = []
@@ -429,7 +429,7 @@ def _problems(name: str, run: DrainRun) -> list[str]:
     if run.released:
         status, lease = run.held
         if run.waiting != ("WAITING", 0):
-            out.append(say("ch30.new-job-taken", "{name}: a new job was taken after SIGTERM (the "
+            out.append(say("ch30.drain.new-job", "{name}: a new job was taken after SIGTERM (the "
                            "waiting export is {status}, attempts {attempts})",
                            name=name, status=run.waiting[0], attempts=run.waiting[1]))
         if status != "COMPLETED":
@@ -440,10 +440,10 @@ def _problems(name: str, run: DrainRun) -> list[str]:
                                 "{status}: it was not allowed to finish", name=name,
                                 status=status))
         if run.code != 0:
-            out.append(say("ch30.exit-after-clean", "{name}: exit {code} after a clean drain "
+            out.append(say("ch30.drain.clean-exit-code", "{name}: exit {code} after a clean drain "
                            "(expected 0)", name=name, code=run.code))
     elif run.code != EXIT_DRAIN_TIMEOUT:
-        out.append(say("ch30.exit-after-abandoning", "{name}: exit {code} after abandoning the "
+        out.append(say("ch30.drain.timeout-exit-code", "{name}: exit {code} after abandoning the "
                        "running job past the drain timeout — the supervisor must be told "
                        "(EXIT_DRAIN_TIMEOUT = {expected})",
                        name=name, code=run.code, expected=EXIT_DRAIN_TIMEOUT))
@@ -488,12 +488,12 @@ async def judge_drain(drain: Any, *, base: Settings, timings: dict[str, str]) ->
             _one_drain_run(base, timings, path, folders[name], released, timeout)
             for name, (released, timeout) in DRAIN_RUNS.items()), return_exceptions=True)
     except SyntaxError as err:
-        return failed(say("ch30.your-drain-not", "your drain is not Python yet: {err}", err=err))
+        return failed(say("ch30.drain.not-python", "your drain is not Python yet: {err}", err=err))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for run in runs:
         if isinstance(run, BaseException):
-            return failed(say("ch30.judge-could-not", "the judge could not run your drain: "
+            return failed(say("ch30.drain.could-not-run", "the judge could not run your drain: "
                               "{error_type}: {error}", error_type=type(run).__name__, error=run))
     by_name: dict[str, DrainRun] = dict(zip(DRAIN_RUNS, runs, strict=True))  # type: ignore[arg-type]
     problems = [p for name, run in by_name.items() for p in _problems(name, run)]

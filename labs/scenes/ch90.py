@@ -277,10 +277,10 @@ async def recover(lab: Lab, task_id: str) -> pd.DataFrame:
                       f"recovered_stale={report.recovered_stale} "
                       f"failed_from_queue={report.failed_from_queue}"})
 
-    await snap(say("ch90.case", "the case"))
+    await snap(say("ch90.steps.case", "the case"))
     await lab.age(task_id, float(lab.settings.stale_running_age_s) + 1)
-    await snap(say("ch90.scan-1-d6", "scan 1 (D6)"), await lab.dispatch())
-    await snap(say("ch90.scan-2-d4", "scan 2 (D4)"), await lab.dispatch())
+    await snap(say("ch90.steps.first-scan", "scan 1 (D6)"), await lab.dispatch())
+    await snap(say("ch90.steps.second-scan", "scan 2 (D4)"), await lab.dispatch())
     return pd.DataFrame(steps).set_index("step")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit import editions
+from devkit import editions, i18n, notebook_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -18,12 +18,8 @@ SOURCES = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 #: its catalogue (`teamdesk editions --draft NAME`) with its English.
 PENDING: set[str] = set()
 CATALOGUED = editions.catalogued(ROOT)
-CJK = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
+CJK = re.compile(f"[{i18n.CJK}]")
 LATIN = re.compile(r"[A-Za-z]")
-
-
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def test_every_notebook_has_its_catalogue_or_is_pending():
@@ -38,19 +34,20 @@ def test_the_edition_is_whole_and_committed_as_built(name):
     assert not built.problems, f"{name}: {built.problems}"
     committed = ROOT / "notebooks" / "zh" / f"{name}.ipynb"
     assert committed.exists(), f"run `teamdesk editions` to build {committed.name}"
-    assert _read(committed) == built.notebook, f"{committed.name} is not what the build makes"
+    assert notebook_cells.read(committed) == built.notebook, \
+        f"{committed.name} is not what the build makes"
 
 
 @pytest.mark.parametrize("name", CATALOGUED)
 def test_the_editions_have_the_same_cells_tags_and_code(name):
-    en = _read(ROOT / "notebooks" / f"{name}.ipynb")["cells"]
-    zh = _read(ROOT / "notebooks" / "zh" / f"{name}.ipynb")["cells"]
+    en = notebook_cells.cells(ROOT / "notebooks" / f"{name}.ipynb")
+    zh = notebook_cells.cells(ROOT / "notebooks" / "zh" / f"{name}.ipynb")
     assert [(c["id"], c["cell_type"], c["metadata"].get("tags", [])) for c in en] == \
         [(c["id"], c["cell_type"], c["metadata"].get("tags", [])) for c in zh]
     for a, b in zip(en, zh, strict=True):
         if a["cell_type"] == "code":
-            assert editions.code_skeleton("".join(a["source"])) == \
-                editions.code_skeleton("".join(b["source"])), a["id"]
+            assert editions.code_skeleton(notebook_cells.source(a)) == \
+                editions.code_skeleton(notebook_cells.source(b)), a["id"]
 
 
 def _prose(text: str) -> str:
@@ -64,10 +61,10 @@ def _prose(text: str) -> str:
 @pytest.mark.parametrize("name", CATALOGUED)
 def test_the_chinese_editions_prose_is_chinese(name):
     """CJK characters outnumber Latin letters in every prose cell (code and links aside)."""
-    for cell in _read(ROOT / "notebooks" / "zh" / f"{name}.ipynb")["cells"]:
+    for cell in notebook_cells.cells(ROOT / "notebooks" / "zh" / f"{name}.ipynb"):
         if cell["cell_type"] != "markdown":
             continue
-        prose = _prose("".join(cell["source"]))
+        prose = _prose(notebook_cells.source(cell))
         cjk, latin = len(CJK.findall(prose)), len(LATIN.findall(prose))
         assert cjk > latin, f"{name} cell {cell['id']}: {cjk} CJK against {latin} Latin"
 
@@ -81,7 +78,7 @@ SOURCE_NB = {"metadata": {}, "nbformat": 4, "nbformat_minor": 5, "cells": [
 
 
 def _catalogue(**texts: str) -> dict:
-    fps = {c["id"]: editions.fingerprint("".join(c["source"])) for c in SOURCE_NB["cells"]}
+    fps = {c["id"]: editions.fingerprint(notebook_cells.source(c)) for c in SOURCE_NB["cells"]}
     return editions.parse_catalogue("header\n" + "".join(
         f"<!-- cell {cid} en {fps.get(cid, '00000000')} -->\n{t}\n" for cid, t in texts.items()))
 
@@ -91,8 +88,8 @@ def test_a_whole_catalogue_builds_the_edition_without_outputs():
                                                  c1="# step: go\nx = 1  # 答案\n"))
     assert not built.problems, built.problems
     cells = built.notebook["cells"]
-    assert "".join(cells[0]["source"]) == "## 标题\n看。"
-    assert "答案" in "".join(cells[1]["source"]) and cells[1]["outputs"] == []
+    assert notebook_cells.source(cells[0]) == "## 标题\n看。"
+    assert "答案" in notebook_cells.source(cells[1]) and cells[1]["outputs"] == []
     assert cells[1]["execution_count"] is None and cells[1]["metadata"]["tags"] == ["predict"]
     assert cells[2]["source"] == SOURCE_NB["cells"][2]["source"]  # rule ids only: as is
     assert built.notebook["metadata"]["teamdesk"]["edition"] == "zh"

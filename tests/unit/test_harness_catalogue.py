@@ -7,7 +7,7 @@ no Chinese anywhere else in `labs/`.
 
 The messages are found by reading the source (`devkit.i18n.calls`), plus those whose keys
 the harness makes (`labs.messages.made()`): the diagnosis cases' words, the notebooks' step
-titles and the answers given in words.
+titles, the answers given in words and the chaos run's English values (`labs.chaos.words`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from devkit.i18n import Call, Catalogue, MissingMessage, fingerprint, placeholde
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("labs", "devkit")
-#: Where a `say` may take a key that is not a literal: the cases' words (see the docstring).
-DYNAMIC = {ROOT / "labs" / "cases.py"}
-CJK = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
+#: Where a `say` may take a key that is not a literal: the cases' words and the chaos run's
+#: English values (see the docstring).
+DYNAMIC = {ROOT / "labs" / "cases.py", ROOT / "labs" / "chaos" / "words.py"}
+CJK = re.compile(f"[{i18n.CJK}]")
 REFRESH = ("run `teamdesk messages` (it marks the block ' todo' under the new fingerprint), "
            "translate the block again in {catalogue} and remove ' todo'")
 

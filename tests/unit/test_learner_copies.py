@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit import copies
+from devkit import copies, notebook_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,18 +23,15 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _nb(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def test_a_copy_has_no_answers_but_keeps_code_tags_and_hidden_sources(project: Path):
     report = copies.ensure_copies(project)
     sources = copies.source_notebooks(project)
     assert report.created == [s.name for s in sources] and len(sources) == 11
-    stored = sum(len(c.get("outputs", [])) for s in sources for c in _nb(s)["cells"])
+    stored = sum(len(c.get("outputs", [])) for s in sources for c in notebook_cells.cells(s))
     assert stored > 100  # the repository's copies do carry answers
     for source in sources:
-        original, copy = _nb(source), _nb(project / copies.LEARNER_DIR / source.name)
+        original = notebook_cells.read(source)
+        copy = notebook_cells.read(project / copies.LEARNER_DIR / source.name)
         kept = [c for c in original["cells"]
                 if copies.PRESENTER_TAG not in c["metadata"].get("tags", [])]
         assert [c["source"] for c in copy["cells"]] == [c["source"] for c in kept]
@@ -75,7 +72,7 @@ def test_a_fresh_copy_puts_the_old_one_aside(project: Path):
     assert report.created == ["26b-takeover-race.ipynb"] and len(report.replaced) == 1
     aside = project / copies.LEARNER_DIR / report.replaced[0]
     assert aside.read_text() == '{"my": "work"}'
-    assert _nb(mine)["cells"]  # a real notebook again
+    assert notebook_cells.cells(mine)  # a real notebook again
     assert len(copies.fresh_copies(project, ["all"]).created) == 11
 
 
@@ -118,10 +115,10 @@ def test_the_chinese_edition_has_its_own_folder_of_copies(project: Path):
     assert "00-start-here.ipynb" in built
     for name in report.created:
         source = (project / "notebooks" / ("zh" if name in built else "") / name)
-        assert [c["source"] for c in _nb(zh_dir / name)["cells"]] == [
-            c["source"] for c in copies.learner_copy(_nb(source))["cells"]]
-    zh_text = json.dumps(_nb(zh_dir / "00-start-here.ipynb"), ensure_ascii=False)
-    en_text = json.dumps(_nb(project / copies.LEARNER_DIR / "00-start-here.ipynb"))
+        assert [c["source"] for c in notebook_cells.cells(zh_dir / name)] == [
+            c["source"] for c in copies.learner_copy(notebook_cells.read(source))["cells"]]
+    zh_text = json.dumps(notebook_cells.read(zh_dir / "00-start-here.ipynb"), ensure_ascii=False)
+    en_text = json.dumps(notebook_cells.read(project / copies.LEARNER_DIR / "00-start-here.ipynb"))
     assert "你将学到" in zh_text and "What you will learn" not in zh_text
     assert "What you will learn" in en_text
     assert copies.fresh_copies(project, ["00"], "zh").replaced[0].startswith(".replaced/")
@@ -191,9 +188,9 @@ def course(tmp_path: Path) -> Path:
 def _run_cells(path: Path) -> None:
     """What JupyterLab saves after the learner ran every cell and collapsed one: outputs,
     execution counts, timings, UI state; sources as one string each."""
-    nb = _nb(path)
+    nb = notebook_cells.read(path)
     for n, cell in enumerate(nb["cells"], 1):
-        cell["source"] = "".join(cell["source"])
+        cell["source"] = notebook_cells.source(cell)
         if cell["cell_type"] == "code":
             cell["execution_count"] = n
             cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "mine\n"}]
@@ -205,18 +202,18 @@ def _run_cells(path: Path) -> None:
 
 def _answer(path: Path, guess: str = "guess = 'A'  # mine\n") -> None:
     """The learner answers the prediction (their work)."""
-    nb = _nb(path)
+    nb = notebook_cells.read(path)
     nb["cells"][1]["source"] = guess
     path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
 
 
 def _made_from(project: Path, name: str, lang: str = "en") -> dict:
     folder = project / "notebooks" / ("" if lang == "en" else lang)
-    return copies.learner_copy(_nb(folder / name))
+    return copies.learner_copy(notebook_cells.read(folder / name))
 
 
 def _sources(nb: dict) -> list[str]:
-    return ["".join(c["source"]) for c in nb["cells"]]
+    return [notebook_cells.source(c) for c in nb["cells"]]
 
 
 def test_an_unmodified_copy_follows_its_updated_notebook(course: Path):
@@ -225,7 +222,7 @@ def test_an_unmodified_copy_follows_its_updated_notebook(course: Path):
     report = copies.ensure_copies(course)
     mine = course / copies.LEARNER_DIR / RACE
     assert report.refreshed == [RACE] and report.kept == [START] and not report.beside
-    assert _nb(mine) == _made_from(course, RACE)
+    assert notebook_cells.read(mine) == _made_from(course, RACE)
     assert not (course / copies.LEARNER_DIR / copies.updated_name(RACE)).exists()
     assert "refreshed from their updated notebooks (you had not changed them): 26b" in (
         copies.describe(report, course))
@@ -241,7 +238,7 @@ def test_a_copy_whose_cells_were_only_run_is_unmodified(course: Path):
     _run_cells(mine)
     _publish(course, RACE, _chapter("The takeover race, revised"))
     assert copies.ensure_copies(course).refreshed == [RACE]
-    assert _sources(_nb(mine))[0] == "# The takeover race, revised\n"
+    assert _sources(notebook_cells.read(mine))[0] == "# The takeover race, revised\n"
 
 
 def test_a_notebook_run_again_is_not_an_update(course: Path):
@@ -268,14 +265,15 @@ def test_an_edited_copy_is_kept_and_the_update_put_beside_it(course: Path):
     beside = course / copies.LEARNER_DIR / "26b-takeover-race.updated.ipynb"
     assert report.kept == [START, RACE] and not report.refreshed
     assert report.beside == [copies.Beside(RACE, beside.name, changed=True)]
-    assert _sources(_nb(mine))[1] == "guess = 'A'  # mine\n"  # the learner's, as it was
-    assert _nb(beside) == _made_from(course, RACE)
+    # the learner's, as it was
+    assert _sources(notebook_cells.read(mine))[1] == "guess = 'A'  # mine\n"
+    assert notebook_cells.read(beside) == _made_from(course, RACE)
     assert ("26b: you changed your copy; the updated notebook is beside it as "
             "26b-takeover-race.updated.ipynb") in copies.describe(report, course).splitlines()
     assert copies.source_notebooks(course) == [course / "notebooks" / START,
                                                course / "notebooks" / RACE]
     again = copies.ensure_copies(course)  # said once, not at every start
-    assert not again.beside and _nb(beside) == _made_from(course, RACE)
+    assert not again.beside and notebook_cells.read(beside) == _made_from(course, RACE)
 
 
 def _edited_then_updated(course: Path) -> Path:
@@ -296,7 +294,7 @@ def test_a_second_update_replaces_the_notebook_beside_the_copy(course: Path):
     assert [b.file for b in report.beside] == [copies.updated_name(RACE)]
     assert sorted(p.name for p in folder.iterdir()) == [
         copies.MANIFEST, START, RACE, copies.updated_name(RACE)]  # one beside, no clutter
-    assert _sources(_nb(folder / copies.updated_name(RACE)))[0] == (
+    assert _sources(notebook_cells.read(folder / copies.updated_name(RACE)))[0] == (
         "# The takeover race, revised again\n")
 
 
@@ -306,9 +304,9 @@ def test_a_notebook_beside_a_copy_that_the_learner_edited_is_put_aside(course: P
     _publish(course, RACE, _chapter("The takeover race, revised again"))
     report = copies.ensure_copies(course)
     assert len(report.replaced) == 1
-    assert _sources(_nb(folder / report.replaced[0]))[1] == (
+    assert _sources(notebook_cells.read(folder / report.replaced[0]))[1] == (
         "guess = 'B'  # worked in the new one\n")
-    assert _sources(_nb(folder / copies.updated_name(RACE)))[0] == (
+    assert _sources(notebook_cells.read(folder / copies.updated_name(RACE)))[0] == (
         "# The takeover race, revised again\n")
 
 
@@ -317,7 +315,8 @@ def test_copies_made_before_updates_were_followed_are_never_overwritten(course: 
     notebook makes; any other is kept, the current notebook beside it."""
     folder = course / copies.LEARNER_DIR
     folder.mkdir()
-    copies.write_notebook(folder / START, copies.learner_copy(_nb(course / "notebooks" / START)))
+    copies.write_notebook(folder / START,
+                          copies.learner_copy(notebook_cells.read(course / "notebooks" / START)))
     copies.write_notebook(folder / RACE, copies.learner_copy(_chapter("The old race")))
     _run_cells(folder / START)
     before = (folder / RACE).read_bytes()
@@ -347,7 +346,7 @@ def test_a_lost_or_broken_record_overwrites_nothing(course: Path):
     report = copies.ensure_copies(course)
     assert report.kept == [START, RACE] and not report.refreshed
     assert (folder / START).read_text(encoding="utf-8") == '{"my": "work"}'
-    assert _sources(_nb(folder / RACE))[1] == "guess = 'A'  # mine\n"
+    assert _sources(notebook_cells.read(folder / RACE))[1] == "guess = 'A'  # mine\n"
     assert json.loads((folder / copies.MANIFEST).read_text())["format"] == 1  # rewritten
 
 
@@ -359,9 +358,10 @@ def test_the_chinese_edition_follows_its_own_notebooks(course: Path):
     _publish(course, START, _chapter("从这里开始（修订）"), "zh")
     _publish(course, RACE, _chapter("接手竞态"), "zh")  # its 中文 edition, written at last
     report = copies.ensure_copies(course, "zh")
-    assert report.refreshed == [RACE] and _nb(zh / RACE) == _made_from(course, RACE, "zh")
+    assert report.refreshed == [RACE]
+    assert notebook_cells.read(zh / RACE) == _made_from(course, RACE, "zh")
     assert report.beside == [copies.Beside(START, copies.updated_name(START))]
-    assert _nb(zh / copies.updated_name(START)) == _made_from(course, START, "zh")
+    assert notebook_cells.read(zh / copies.updated_name(START)) == _made_from(course, START, "zh")
     assert ("00：你改动过自己的副本；更新后的笔记本放在它旁边，文件名是 "
             "00-start-here.updated.ipynb") in copies.describe(report, course, "zh")
     english = copies.ensure_copies(course)  # the English copies follow the English only
@@ -374,8 +374,8 @@ def test_a_fresh_copy_is_recorded_and_follows_updates(course: Path):
     folder = _edited_then_updated(course)
     report = copies.fresh_copies(course, ["26b"])
     assert report.created == [RACE] and len(report.replaced) == 1
-    assert _sources(_nb(folder / report.replaced[0]))[1] == "guess = 'A'  # mine\n"
-    assert _nb(folder / RACE) == _made_from(course, RACE)
+    assert _sources(notebook_cells.read(folder / report.replaced[0]))[1] == "guess = 'A'  # mine\n"
+    assert notebook_cells.read(folder / RACE) == _made_from(course, RACE)
     assert not (folder / copies.updated_name(RACE)).exists()  # taken, so no longer beside
     _run_cells(folder / RACE)
     _publish(course, RACE, _chapter("The takeover race, revised again"))

@@ -7,12 +7,12 @@ prints the figures)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
+from devkit import notebook_cells
 from devkit.minutes import (
     CASE_MIN,
     PREDICT_MIN,
@@ -45,7 +45,7 @@ def mismatches(cells: list[dict], model: Estimate) -> str | None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_each_header_says_the_models_figures(path: Path, lang: str) -> None:
     edition = path if lang == "en" else path.parent / "zh" / path.name
-    cells = json.loads(edition.read_text(encoding="utf-8"))["cells"]
+    cells = notebook_cells.cells(edition)
     problem = mismatches(cells, notebook_estimate(edition))
     assert problem is None, f"{edition.relative_to(ROOT)}: {problem} (python -m devkit.minutes)"
 

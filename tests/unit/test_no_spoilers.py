@@ -22,13 +22,14 @@ a line. Every prediction of every chapter notebook must be declared.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from devkit import notebook_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -129,7 +130,7 @@ def spoiled(prediction: Prediction, spoilers: list[str]) -> list[str]:
 
 
 def _cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return notebook_cells.cells(path)
 
 
 ANSWER_KEY: dict = tomllib.loads(ANSWERS.read_text(encoding="utf-8"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit import minutes
+from devkit import minutes, notebook_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("split_headings",
@@ -26,9 +26,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_heading_opens_its_own_cell(path: Path) -> None:
     nb = json.loads(path.read_text(encoding="utf-8"))
-    inside = [("".join(c["source"]).split("\n")[i])
+    inside = [(notebook_cells.source(c).split("\n")[i])
               for c in nb["cells"] if c["cell_type"] == "markdown"
-              for i in split_headings.split_points("".join(c["source"]))]
+              for i in split_headings.split_points(notebook_cells.source(c))]
     assert not inside, f"headings inside a cell (run scripts/split_headings.py): {inside}"
 
 
@@ -45,8 +45,8 @@ def test_the_check_finds_a_heading_inside_a_cell_but_not_in_a_code_fence() -> No
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_the_second_cell_says_what_you_learn_what_comes_before_and_how_long(path: Path):
     """A learner or an instructor sees at once what a notebook is for."""
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    intro = "".join(cells[1]["source"])
+    cells = notebook_cells.cells(path)
+    intro = notebook_cells.source(cells[1])
     assert cells[1]["cell_type"] == "markdown"
     for part in ("**What you will learn**", "**Before this**", "minutes"):
         assert part in intro, f"{path.name}: the second cell lacks {part!r}"
@@ -56,9 +56,9 @@ def test_the_second_cell_says_what_you_learn_what_comes_before_and_how_long(path
 def test_presenter_notes_are_tagged_and_say_so(path: Path):
     """A presenter note is left out of learner copies by its tag; its first words say
     whom it is for, so a note without the tag shows as one in the repository."""
-    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+    for cell in notebook_cells.cells(path):
         tagged = "presenter" in cell["metadata"].get("tags", [])
-        says = "".join(cell["source"]).startswith("**Presenter:**")
+        says = notebook_cells.source(cell).startswith("**Presenter:**")
         assert tagged == says, f"{path.name}: {''.join(cell['source'])[:60]!r}"
 
 
@@ -73,7 +73,7 @@ def slide_type_wanted(cell: dict) -> str | None:
     `#`/`##` heading, a subslide per `###` heading and per `predict` cell (the question on
     a screen of its own), a fragment per "What it proved/showed", notes for presenter
     cells, skip for hidden solutions and the assert-only checkpoints (`# contract:`)."""
-    text = "".join(cell["source"])
+    text = notebook_cells.source(cell)
     tags = cell["metadata"].get("tags", [])
     if "presenter" in tags:
         return "notes"
@@ -126,8 +126,8 @@ def _top_level_names(source: str) -> set[str]:
 def test_slide_notebooks_carry_the_kits_slide_metadata(name: str) -> None:
     """Every cell the kit's rule names has its slide type, and a cell the slideshow skips
     (not shown, not run) binds no name that a shown cell uses, so the race runs the same."""
-    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
-    wrong = [(i, "".join(c["source"])[:50], slide_type_wanted(c),
+    cells = notebook_cells.cells(ROOT / "notebooks" / f"{name}.ipynb")
+    wrong = [(i, notebook_cells.source(c)[:50], slide_type_wanted(c),
               c["metadata"].get("slideshow", {}).get("slide_type"))
              for i, c in enumerate(cells)
              if slide_type_wanted(c) not in (None, c["metadata"].get("slideshow", {}).get(
@@ -135,14 +135,14 @@ def test_slide_notebooks_carry_the_kits_slide_metadata(name: str) -> None:
     assert not wrong, f"{name}: (cell, start, wanted, found): {wrong}"
     shown = [c for c in cells if c["cell_type"] == "code"
              and c["metadata"].get("slideshow", {}).get("slide_type") != "skip"]
-    bound_when_shown = set().union(*(_top_level_names("".join(c["source"])) for c in shown))
+    bound_when_shown = set().union(*(_top_level_names(notebook_cells.source(c)) for c in shown))
     for i, c in enumerate(cells):
         if c["cell_type"] != "code" or c["metadata"].get("slideshow", {}).get(
                 "slide_type") != "skip":
             continue
-        only_here = _top_level_names("".join(c["source"])) - bound_when_shown
+        only_here = _top_level_names(notebook_cells.source(c)) - bound_when_shown
         used = [n for n in only_here for later in cells[i + 1:] if later in shown
-                and re.search(rf"\b{re.escape(n)}\b", "".join(later["source"]))]
+                and re.search(rf"\b{re.escape(n)}\b", notebook_cells.source(later))]
         assert not used, f"{name}: skipped cell {i} binds {used}, used by a shown cell"
 
 
@@ -163,7 +163,7 @@ def unannounced(cells: list[dict]) -> list[str]:
     section) that no pointer on the main path names, by their heading's key (the text
     before "：" or "(": "§2 源码节选 ↔ Python", "练习 D"). A part that opens where the core
     path ends ("The core path ends here") moved nothing, and needs no pointer."""
-    texts = ["".join(c["source"]) for c in cells]
+    texts = [notebook_cells.source(c) for c in cells]
     # Where the optional part runs: the minutes model's own reading (devkit.minutes.parts).
     optional = [i for i, (_, _, part) in enumerate(minutes.parts(cells)) if part == "optional"]
     if not optional or "The core path ends here" in texts[optional[0]]:
@@ -179,7 +179,7 @@ def unannounced(cells: list[dict]) -> list[str]:
 def test_the_optional_part_is_pointed_at_from_the_main_path(path: Path) -> None:
     """An optional scene moved to the end (选读) leaves a one-line pointer where it was, so
     the main path still shows that it exists and where to find it."""
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    cells = notebook_cells.cells(path)
     assert not unannounced(cells), f"{path.name}: no pointer names {unannounced(cells)}"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from devkit import cli, rules
+from devkit.i18n import HAN
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The rule the checks below show in both languages (a string, not a citation).
@@ -41,7 +42,7 @@ MINI_ZH = """\
 """
 
 _CODE_SPAN = re.compile(r"`[^`]*`")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+_CJK = re.compile(f"[{HAN}]")
 _LATIN = re.compile(r"[A-Za-z]")
 
 

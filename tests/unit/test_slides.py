@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit import cli, slides
+from devkit import cli, notebook_cells, slides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def _read(html: Path) -> _Deck:
 def _cells(name: str, lang: str = "en") -> list[dict]:
     folder = ROOT / "notebooks" / ("zh" if lang == "zh" else "")
     path = next(folder.glob(f"{name}-*.ipynb"))
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return notebook_cells.cells(path)
 
 
 def _kind(cell: dict) -> str:
@@ -141,15 +141,15 @@ def test_no_solution_appears_and_the_presenter_speaks_in_the_notes(deck_26b):
     solutions = [c for c in cells if "solution" in c["metadata"].get("tags", [])]
     assert len(solutions) == 2
     for cell in solutions:
-        first = _flat("".join(cell["source"]).splitlines()[0])
+        first = _flat(notebook_cells.source(cell).splitlines()[0])
         assert first not in text, first
     # The reading above does find code: the set-up cell's first line is there.
     setup = next(c for c in cells if c["cell_type"] == "code")
-    assert _flat("".join(setup["source"]).splitlines()[0]) in text
+    assert _flat(notebook_cells.source(setup).splitlines()[0]) in text
     presenter = [c for c in cells if "presenter" in c["metadata"].get("tags", [])]
     assert len(deck.notes) == len(presenter) == deck_26b.notes > 0
     for cell, note in zip(presenter, deck.notes, strict=True):
-        said = _flat(re.sub(r"[*`_\[\]]", "", "".join(cell["source"])))
+        said = _flat(re.sub(r"[*`_\[\]]", "", notebook_cells.source(cell)))
         assert said.startswith("Presenter:") and _flat(note).startswith(said[:30]), (said, note)
 
 
@@ -164,7 +164,7 @@ def test_a_note_shows_with_the_page_it_introduces(deck_26b):
         after = next(c for c in cells[cells.index(cell) + 1:] if _kind(c) != "notes")
         if _kind(after) not in ("slide", "subslide"):
             continue
-        first = _flat("".join(after["source"]).splitlines()[0].lstrip("#"))
+        first = _flat(notebook_cells.source(after).splitlines()[0].lstrip("#"))
         assert _flat(re.sub(r"[*`]", "", first))[:12] in _flat(deck.pages[page]), first
         introduced += 1
     assert introduced >= 10
@@ -183,7 +183,7 @@ def test_a_solution_is_left_out_by_its_tag_whatever_its_slide_type(tmp_path):
     text = _flat("".join(_read(slides.build(tmp_path, path, tmp_path / "out").html).text))
     assert len(solutions) == 2
     for cell in solutions:
-        assert _flat("".join(cell["source"]).splitlines()[0]) not in text
+        assert _flat(notebook_cells.source(cell).splitlines()[0]) not in text
 
 
 def test_the_deck_works_offline(deck_26b):

@@ -5,10 +5,10 @@ shows beside each block what the notebook alone takes, as the notebook says."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from devkit import notebook_cells
 from devkit.minutes import header_figures
 from tests.unit.test_notebook_structure import _top_level_names
 
@@ -31,9 +31,9 @@ def exercise_cells() -> dict[str, list[set[str]]]:
     """Per notebook (short id: `26b`), the names each of its `exercise` cells binds."""
     out: dict[str, list[set[str]]] = {}
     for path in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        cells = notebook_cells.cells(path)
         out[path.name.split("-")[0]] = [
-            _top_level_names("".join(c["source"])) for c in cells
+            _top_level_names(notebook_cells.source(c)) for c in cells
             if "exercise" in c["metadata"].get("tags", [])]
     return out
 
@@ -74,7 +74,7 @@ def test_the_optional_tracks_take_what_each_notebook_says() -> None:
 
 def _header_minutes(path: Path) -> int | None:
     """The main part's minutes, as the notebook's header says them (`header_figures`)."""
-    figures = header_figures(json.loads(path.read_text(encoding="utf-8"))["cells"])
+    figures = header_figures(notebook_cells.cells(path))
     return figures[0] if figures else None
 
 

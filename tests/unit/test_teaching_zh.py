@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.i18n import HAN
+from devkit.notebook_cells import FENCE
+
 ROOT = Path(__file__).resolve().parents[2]
 TEACHING = ROOT / "docs" / "teaching"
 ZH = TEACHING / "zh"
@@ -26,12 +29,11 @@ ZH_EDITION = frozenset({"notebooks/zh/", "my-notebooks/zh/", "--lang zh", "RULES
 #: A cell that says only "core" or "optional" says it in 中文 with these words.
 CELL_WORDS = {"core": "必讲", "optional": "选讲"}
 
-FENCE = re.compile(r"^```.*?^```[^\n]*$", re.M | re.S)
 SPAN = re.compile(r"`([^`]+)`")
 RULE = re.compile(r"(?<![A-Za-z0-9_])[DIMOPQRSWX]\d{1,2}(?![A-Za-z0-9_])")
 SECTION = re.compile(r"§\d+(?:\.\d+)*")
 #: A run of Chinese: an ideograph, then ideographs and CJK punctuation.
-CJK = re.compile(r"[\u4e00-\u9fff][\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]*")
+CJK = re.compile(f"[{HAN}][\u3000-\u303f{HAN}\uff00-\uffef]*")
 MINUTES = re.compile(r"\d+(?:\s*[–-]\s*\d+)?")
 
 
