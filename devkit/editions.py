@@ -12,14 +12,14 @@ notebook and a translation catalogue, so the two cannot drift.
       …the cell's Chinese text…
 
   A markdown cell is translated whole. A code cell with comments or messages to the
-  learner (the `why=` / `holds=` of `labs.learn`, a `*_HOLDS` constant, a check's reason:
-  `MESSAGE_KEYWORDS`) is given whole too, and must be the same code: its syntax tree with
-  the messages' text blanked, and its `# step:` lines (read by `labs.stage`), equal the
-  English cell's. The labels a cell prints are text too (`print_labels`: the string
-  arguments of `print`, the literal parts of an f-string argument): a block may translate
-  them, while its fields — every `{…}` with its format — stay the same set of code; a
-  cell whose only text is printed labels needs no block, and one it is given is used. A
-  marker ending in ` todo` is a draft.
+  learner (the `why=` of `labs.learn.reveal`: `MESSAGE_KEYWORDS`) is given whole too,
+  and must be the same code: its syntax tree with the messages' text blanked, and its
+  `# step:` lines (read by `labs.stage`), equal the English cell's. The labels a cell
+  prints are text too (`print_labels`: the string arguments of `print`, the literal
+  parts of an f-string argument): a block may translate them, while its fields — every
+  `{…}` with its format — stay the same set of code; a cell whose only text is printed
+  labels needs no block, and one it is given is used. A marker ending in ` todo` is a
+  draft.
 - The **edition** is `notebooks/zh/NAME.ipynb`, written by `build_all`: the source's cells,
   ids, tags, metadata and order, with the translated sources, and no outputs (it is
   executed top to bottom by the test command, not compared). Committed, so it can be
@@ -64,10 +64,8 @@ def _lines(text: str) -> list[str]:
 
 
 #: Where a code cell speaks to the learner, so a translation may change the text: the
-#: `why=` / `holds=` of `labs.learn`, a constant named `*_HOLDS` / `*_WHY`, and the reason
-#: a check's `ok` function returns (`learn.check(answer, lambda a: … or "reason")`).
-MESSAGE_KEYWORDS = frozenset({"why", "holds"})
-_MESSAGE_NAME = re.compile(r"_(HOLDS|WHY)$")
+#: `why=` of `labs.learn.reveal` (the judged exercises speak through the harness catalogue).
+MESSAGE_KEYWORDS = frozenset({"why"})
 _MESSAGE = "<message>"
 
 
@@ -87,14 +85,6 @@ def _messages(tree: ast.AST) -> list[ast.expr]:
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg in MESSAGE_KEYWORDS:
             found.append(node.value)
-        elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and _MESSAGE_NAME.search(t.id) for t in node.targets):
-            found.append(node.value)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "check" and len(node.args) >= 2
-              and isinstance(node.args[1], ast.Lambda)):
-            found.extend(n for n in ast.walk(node.args[1].body)
-                         if isinstance(n, ast.Constant | ast.JoinedStr))
     return [n for n in found if isinstance(n, ast.Constant | ast.JoinedStr)
             and (not isinstance(n, ast.Constant) or isinstance(n.value, str))]
 
