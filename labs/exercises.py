@@ -129,7 +129,7 @@ async def run_test(run: TestRun, test: Awaitable[Any], *, bound: float) -> TestR
         run.outcome = "passed"
     except TimeoutError:
         run.outcome = "hung"
-        run.detail = say("exercises.still-running-after", "still running after {bound:g} s",
+        run.detail = say("exercises.run.still-running", "still running after {bound:g} s",
                          bound=bound)
     except AssertionError as err:
         run.outcome = "timed out" if _is_a_wait(err) else "failed"

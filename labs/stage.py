@@ -43,13 +43,13 @@ in `notebooks/*.ipynb`, so a renamed step shows up untranslated in the catalogue
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from devkit import notebook_cells
 from devkit.i18n import Call
 from labs import rewind
 from labs.i18n import made_key, say, translated
@@ -90,9 +90,8 @@ def messages(folder: Path = rewind.PROJECT / "notebooks") -> list[Call]:
     (key `step_key(name)`, English the name), at its notebook and cell number."""
     found = []
     for path in sorted(folder.glob("*.ipynb")):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        for number, cell in enumerate(cells, 1):
-            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+        for number, cell in enumerate(notebook_cells.cells(path), 1):
+            source = notebook_cells.source(cell) if cell["cell_type"] == "code" else ""
             mark = MARKER.match(source.split("\n", 1)[0])
             if mark is not None and mark["name"]:
                 found.append(Call(path, number, step_key(mark["name"]), mark["name"],
@@ -146,7 +145,7 @@ class Stage:
 
     async def replay(self, name: str) -> Any:
         step = self.steps[name]
-        print(say("stage.already-done-step", "↻ already done: {name} (step {number} of this race; "
+        print(say("stage.line.done", "↻ already done: {name} (step {number} of this race; "
                   "nothing was done again). To act again, start the race over.",
                   name=title(name), number=step.number))
         if self.board is None or self.lab.closed:
@@ -171,11 +170,11 @@ class Stage:
         todo = rewind.before(script, name, title)  # an unknown name fails here, first
         ns = rewind.namespace()
         steps = sum(c.kind == "step" for c in todo)
-        print(say("stage.going-starting-race", "⏮ going to: {name} — starting the race over, then "
+        print(say("stage.line.restart", "⏮ going to: {name} — starting the race over, then "
                   "replaying {steps} step(s)", name=title(name), steps=steps))
         await rewind.run_source(script[0].source, ns)
         await _replay(todo, ns)
-        print(say("stage.ready-now-run", "ready: now run the cell of “{name}”", name=title(name)))
+        print(say("stage.line.ready", "ready: now run the cell of “{name}”", name=title(name)))
 
     def __repr__(self) -> str:
         done = [s.name for s in self.steps.values() if s.done]

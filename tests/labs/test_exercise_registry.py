@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import json
 import linecache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devkit import notebook_cells as nb
 from labs.exercises import check, load_all
 from tests.labs.exercise_reasons import REASONS
 
@@ -23,15 +23,11 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 EXERCISES = load_all()
 
 
-def _cells(notebook: Path) -> list[dict[str, Any]]:
-    return json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-
-
 def _tagged(key: str, role: str) -> tuple[Path, dict[str, Any]]:
     """The English notebook and its cell tagged both `key` and `role`."""
     for notebook in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
-        for cell in _cells(notebook):
-            tags = cell["metadata"].get("tags", [])
+        for cell in nb.cells(notebook):
+            tags = nb.tags(cell)
             if key in tags and role in tags:
                 return notebook, cell
     raise AssertionError(f"no notebook cell is tagged {key!r} and {role!r}")
@@ -40,8 +36,8 @@ def _tagged(key: str, role: str) -> tuple[Path, dict[str, Any]]:
 def _setup_namespace(notebook: Path) -> dict[str, Any]:
     """What the notebook's first code cell binds without awaiting anything (its imports and
     constants): what a learner's cell may use."""
-    first = next(c for c in _cells(notebook) if c["cell_type"] == "code")
-    tree = ast.parse("".join(first["source"]))
+    first = next(c for c in nb.cells(notebook) if c["cell_type"] == "code")
+    tree = ast.parse(nb.source(first))
     keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.Assign)
             and not any(isinstance(x, ast.Await) for x in ast.walk(n))]
     ns: dict[str, Any] = {}
@@ -63,11 +59,11 @@ def _bound_in(key: str, role: str, name: str) -> Any:
     definition), run alone in the notebook's set-up namespace with the imports of the
     exercise's own cells; the cell's top-level `await`s are not run."""
     notebook, cell = _tagged(key, role)
-    source = "".join(cell["source"])
+    source = nb.source(cell)
     ns = _setup_namespace(notebook)
     for own in {id(c): c for c in (_tagged(key, "exercise")[1], cell)}.values():
         # The imports the exercise's own cells make (a solution uses the exercise cell's).
-        imports = [n for n in ast.parse("".join(own["source"])).body
+        imports = [n for n in ast.parse(nb.source(own)).body
                    if isinstance(n, ast.Import | ast.ImportFrom)]
         exec(compile(ast.Module(imports, []), notebook.name, "exec"), ns)
     for node in ast.parse(source).body:
@@ -113,8 +109,8 @@ def test_every_exercise_cell_is_registered_and_every_registered_one_has_its_cell
     leave an exercise that nothing checks."""
     tagged = set()
     for notebook in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
-        for cell in _cells(notebook):
-            tags = cell["metadata"].get("tags", [])
+        for cell in nb.cells(notebook):
+            tags = nb.tags(cell)
             if {"exercise", "check", "solution"} & set(tags):
                 tagged |= {t for t in tags if "." in t}
     assert tagged <= set(EXERCISES), tagged - set(EXERCISES)
