@@ -7,6 +7,8 @@
     await board(lab, cols, names=names, tasks=[...])   # ledger_vs_queue, shown, by name
     await row(lab, task_id)      # one whole ledger row as a dict ("nothing changed" checks)
     await reminder_effects(lab, ticket_id)   # (notifications, reminder_sent events, version)
+    pad(text, width)             # text padded to `width` terminal columns (a Chinese
+                                 # character takes two)
 
 The column orders are fixed (`LEDGER_COLUMNS`, `QUEUE_COLUMNS`, `COMPARE_COLUMNS`) so a
 notebook can assert on them. Ids are short: task ids are already short (`T7KQ2M`), job ids
@@ -20,6 +22,7 @@ bounded by `settings.redis_timeout_s`: against a dead Redis, `queue()` and
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -206,6 +209,18 @@ async def ledger_vs_queue(lab: Lab) -> pd.DataFrame:
         })
     return _frame(rows, COMPARE_COLUMNS,
                   ints=("run", "progress", "attemptsMade", "job_progress"))
+
+
+def columns_of(text: Any) -> int:
+    """How many terminal columns `text` takes: a Chinese character (east-asian wide or
+    full-width) takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in str(text))
+
+
+def pad(text: Any, width: int) -> str:
+    """`text` left-aligned in `width` terminal columns, as `f"{text:<{width}}"` does for
+    ASCII, so a printed table lines up in both editions (`columns_of`)."""
+    return str(text) + " " * max(width - columns_of(text), 0)
 
 
 def headers(lang: str | None = None) -> dict[str, str]:
