@@ -77,3 +77,18 @@ def test_the_fault_table_speaks_the_edition_and_its_rows_stay_english(monkeypatc
     assert list(chinese.iloc[:, 1]) == ["sigstop", "cut"] and chinese.iloc[0, 5] == "T1"
     assert chinese.iloc[0, 7] == "是" and chinese.iloc[1, 7] == "否"
     assert [r["lease_after"] for r in report.fault_rows()] == ["taken over", "missed"]
+
+
+def test_a_history_detail_the_history_writes_is_shown_in_the_edition(monkeypatch):
+    """Every note the history writes for a processor log line (`LOG_OPS`) has its 中文;
+    a detail recorded by a gate or a cell is shown as it was (rows match on it)."""
+    from labs.history import LOG_OPS, History
+
+    notes = [detail for _, _, detail in LOG_OPS.values()]
+    assert [History.detail({"detail": d}) for d in notes] == notes
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    assert all(not History.detail({"detail": d}).isascii() for d in notes)
+    assert History.detail({"detail": "lease lost"}) == "失去租约"
+    assert History.detail({"detail": "paused at export.after_read"}) == (
+        "paused at export.after_read")
+    assert History.detail({"detail": None}) == ""
