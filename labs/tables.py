@@ -243,6 +243,8 @@ def headers(lang: str | None = None) -> dict[str, str]:
         "updated_at": say("tables.column.updated_at", "updated_at", lang=lang),
         "last_error": say("tables.column.last_error", "last_error", lang=lang),
         "attempts": say("tables.column.attempts", "attempts", lang=lang),
+        "attemptsMade": say("tables.column.attemptsMade", "attemptsMade", lang=lang),
+        "ledger_attempts": say("tables.column.ledger_attempts", "ledger_attempts", lang=lang),
         "id": say("tables.column.id", "id", lang=lang),
     }
 
