@@ -292,8 +292,16 @@ class History:
         """A row's `detail` in the edition's words, for a line a cell prints: the notes this
         module writes itself for the processor's log lines (`LOG_OPS`); any other detail (a
         gate's, a fault's, a cell's own) as it was recorded. Match rows on the recorded
-        `detail`, not on this."""
-        return _details().get(row.get("detail") or "", row.get("detail") or "")
+        `detail`, not on this. A note the history extended with the logged error (`lease
+        lost: error not reported: OSError`) keeps the error as it was logged."""
+        detail, notes = row.get("detail") or "", _details()
+        if detail in notes:
+            return notes[detail]
+        for note in sorted(notes, key=len, reverse=True):  # the longest note that fits
+            if detail.startswith(f"{note}: "):
+                return say("history.detail.with-error", "{note}: {error}", note=notes[note],
+                           error=detail[len(note) + 2:])
+        return detail
 
     def frame(self):
         """The rows as a pandas DataFrame with the columns of `COLUMNS`."""

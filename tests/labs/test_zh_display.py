@@ -86,9 +86,15 @@ def test_a_history_detail_the_history_writes_is_shown_in_the_edition(monkeypatch
 
     notes = [detail for _, _, detail in LOG_OPS.values()]
     assert [History.detail({"detail": d}) for d in notes] == notes
+    assert History.detail({"detail": "lease lost: error not reported: OSError"}) == (
+        "lease lost: error not reported: OSError")
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     assert all(not History.detail({"detail": d}).isascii() for d in notes)
     assert History.detail({"detail": "lease lost"}) == "失去租约"
+    # a note that begins with another is itself, not the shorter note and some English
+    assert History.detail({"detail": "lease lost: error not reported"}) == "失去租约：错误没有上报"
     assert History.detail({"detail": "paused at export.after_read"}) == (
         "paused at export.after_read")
     assert History.detail({"detail": None}) == ""
+    assert History.detail({"detail": "lease lost: error not reported: OSError"}) == (
+        "失去租约：错误没有上报：OSError")
