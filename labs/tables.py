@@ -246,6 +246,11 @@ def headers(lang: str | None = None) -> dict[str, str]:
         "attemptsMade": say("tables.column.attemptsMade", "attemptsMade", lang=lang),
         "ledger_attempts": say("tables.column.ledger_attempts", "ledger_attempts", lang=lang),
         "id": say("tables.column.id", "id", lang=lang),
+        # the chaos checker's invariant table (`labs.chaos.report.ChaosReport.invariant_table`)
+        "invariant": say("tables.column.invariant", "invariant", lang=lang),
+        "rules": say("tables.column.rules", "rules", lang=lang),
+        "violations": say("tables.column.violations", "violations", lang=lang),
+        "example": say("tables.column.example", "example", lang=lang),
     }
 
 
@@ -277,7 +282,8 @@ class Shown(pd.DataFrame):
             if column in out.columns and out[column].ndim == 1:
                 out[column] = [words.get(v, v) if isinstance(v, str) else v
                                for v in out[column]]
-        return out.rename(columns=headers())
+        named = headers()
+        return out.rename(columns=named).rename_axis(named.get(out.index.name, out.index.name))
 
     def _repr_html_(self) -> str | None:
         return self.translated()._repr_html_()

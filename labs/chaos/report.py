@@ -205,11 +205,15 @@ class ChaosReport:
     def invariant_table(self) -> Any:
         """`invariant_rows()` as a pandas DataFrame (for a notebook), each invariant by its
         name in the edition's words (`labs.learn.shown`: a prediction asks for one, and
-        takes it in either language)."""
+        takes it in either language). Shown with its headers in the edition's words too
+        (`labs.tables.Shown`); its columns stay `rules`, `violations`, `example`, so a
+        cell selects them by those names in both editions."""
         import pandas as pd
 
+        from labs.tables import Shown
+
         rows = [{**row, "invariant": shown(row["invariant"])} for row in self.invariant_rows()]
-        return pd.DataFrame(rows).set_index("invariant")
+        return Shown(pd.DataFrame(rows).set_index("invariant"))
 
 
 def _fault_headers() -> dict[str, str]:

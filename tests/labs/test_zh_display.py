@@ -98,3 +98,17 @@ def test_a_history_detail_the_history_writes_is_shown_in_the_edition(monkeypatch
     assert History.detail({"detail": None}) == ""
     assert History.detail({"detail": "lease lost: error not reported: OSError"}) == (
         "失去租约：错误没有上报：OSError")
+
+
+def test_the_invariant_table_reads_chinese_and_is_selected_by_its_english_columns(monkeypatch):
+    """90 selects `invariant_table()[["rules", "violations"]]` in both editions: the
+    columns stay English underneath; the 中文 edition shows 规则, 违反次数 and 不变量."""
+    report = ChaosReport(config=ChaosConfig(seed=1), schedule=[])
+    english = repr(report.invariant_table()[["rules", "violations"]])
+    assert "rules" in english and "invariant" in english
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    table = report.invariant_table()[["rules", "violations"]]
+    assert list(table.columns) == ["rules", "violations"] and table.index.name == "invariant"
+    shown = repr(table)
+    assert "规则" in shown and "违反次数" in shown and "不变量" in shown
+    assert "rules" not in shown and "violations" not in shown
