@@ -172,6 +172,11 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
     return len(saved), [r["op"] for r in lab.history.of(actor="A", type="fail", task_id=t.id)]
 
 
+def plot_title() -> str:
+    """The title of §4.6's swimlane plot, in the edition's words."""
+    return say("ch26b.plot.title", "ch. 26 §4 takeover race: A (E1) frozen, B (E2) takes over")
+
+
 def story_lines() -> dict[str, str]:
     """§4.6's story of the race as lines, each in the edition's words; the notebook pairs
     every key with the history row it must match, in order (P2, P3, P6). Actors, ops and
