@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labs.i18n import say
 from teamdesk.tasks.queue import task_job_id
 
 #: The history's columns, in this order.
@@ -75,6 +76,23 @@ LOG_OPS: dict[str, tuple[str, str | None, str]] = {
     "worker.close_timeout": ("info", "close", "graceful close timed out; forced"),
     "dispatch.fault": ("fail", "dispatch", "tick failed"),
 }
+
+def _details() -> dict[str, str]:
+    """The details of `LOG_OPS` in the edition's words (`History.detail`)."""
+    return {
+        "lease lost": say("history.detail.lease-lost", "lease lost"),
+        "lease lost: error not reported": say("history.detail.error-unreported",
+                                              "lease lost: error not reported"),
+        "error reported": say("history.detail.error-reported", "error reported"),
+        "nothing to claim": say("history.detail.not-claimed", "nothing to claim"),
+        "old run or already completed": say("history.detail.skipped",
+                                            "old run or already completed"),
+        "task row missing": say("history.detail.missing", "task row missing"),
+        "graceful close timed out; forced": say("history.detail.close-timeout",
+                                                "graceful close timed out; forced"),
+        "tick failed": say("history.detail.tick-failed", "tick failed"),
+    }
+
 
 #: What a lost lease was doing (`LeaseLost.during`) -> the op it fails.
 _DURING_OPS = {"reminder completion": "remind"}
@@ -268,6 +286,22 @@ class History:
                     where is None or where(r)):
                 return i
         raise ValueError(f"no history row matching {match} after #{after}")
+
+    @staticmethod
+    def detail(row: dict[str, Any]) -> str:
+        """A row's `detail` in the edition's words, for a line a cell prints: the notes this
+        module writes itself for the processor's log lines (`LOG_OPS`); any other detail (a
+        gate's, a fault's, a cell's own) as it was recorded. Match rows on the recorded
+        `detail`, not on this. A note the history extended with the logged error (`lease
+        lost: error not reported: OSError`) keeps the error as it was logged."""
+        detail, notes = row.get("detail") or "", _details()
+        if detail in notes:
+            return notes[detail]
+        for note in sorted(notes, key=len, reverse=True):  # the longest note that fits
+            if detail.startswith(f"{note}: "):
+                return say("history.detail.with-error", "{note}: {error}", note=notes[note],
+                           error=detail[len(note) + 2:])
+        return detail
 
     def frame(self):
         """The rows as a pandas DataFrame with the columns of `COLUMNS`."""

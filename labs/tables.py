@@ -7,6 +7,8 @@
     await board(lab, cols, names=names, tasks=[...])   # ledger_vs_queue, shown, by name
     await row(lab, task_id)      # one whole ledger row as a dict ("nothing changed" checks)
     await reminder_effects(lab, ticket_id)   # (notifications, reminder_sent events, version)
+    pad(text, width)             # text padded to `width` terminal columns (a Chinese
+                                 # character takes two)
 
 The column orders are fixed (`LEDGER_COLUMNS`, `QUEUE_COLUMNS`, `COMPARE_COLUMNS`) so a
 notebook can assert on them. Ids are short: task ids are already short (`T7KQ2M`), job ids
@@ -20,6 +22,7 @@ bounded by `settings.redis_timeout_s`: against a dead Redis, `queue()` and
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -208,6 +211,18 @@ async def ledger_vs_queue(lab: Lab) -> pd.DataFrame:
                   ints=("run", "progress", "attemptsMade", "job_progress"))
 
 
+def columns_of(text: Any) -> int:
+    """How many terminal columns `text` takes: a Chinese character (east-asian wide or
+    full-width) takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in str(text))
+
+
+def pad(text: Any, width: int) -> str:
+    """`text` left-aligned in `width` terminal columns, as `f"{text:<{width}}"` does for
+    ASCII, so a printed table lines up in both editions (`columns_of`)."""
+    return str(text) + " " * max(width - columns_of(text), 0)
+
+
 def headers(lang: str | None = None) -> dict[str, str]:
     """The column headers in the edition's words, or `lang`'s (display only: the values
     stay English, so a check cell is the same code in both editions). Statuses, states and
@@ -228,7 +243,14 @@ def headers(lang: str | None = None) -> dict[str, str]:
         "updated_at": say("tables.column.updated_at", "updated_at", lang=lang),
         "last_error": say("tables.column.last_error", "last_error", lang=lang),
         "attempts": say("tables.column.attempts", "attempts", lang=lang),
+        "attemptsMade": say("tables.column.attemptsMade", "attemptsMade", lang=lang),
+        "ledger_attempts": say("tables.column.ledger_attempts", "ledger_attempts", lang=lang),
         "id": say("tables.column.id", "id", lang=lang),
+        # the chaos checker's invariant table (`labs.chaos.report.ChaosReport.invariant_table`)
+        "invariant": say("tables.column.invariant", "invariant", lang=lang),
+        "rules": say("tables.column.rules", "rules", lang=lang),
+        "violations": say("tables.column.violations", "violations", lang=lang),
+        "example": say("tables.column.example", "example", lang=lang),
     }
 
 
@@ -260,7 +282,8 @@ class Shown(pd.DataFrame):
             if column in out.columns and out[column].ndim == 1:
                 out[column] = [words.get(v, v) if isinstance(v, str) else v
                                for v in out[column]]
-        return out.rename(columns=headers())
+        named = headers()
+        return out.rename(columns=named).rename_axis(named.get(out.index.name, out.index.name))
 
     def _repr_html_(self) -> str | None:
         return self.translated()._repr_html_()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit import i18n
 from labs.chaos.checker import Invariant, Violation, invariant_rows
 from labs.chaos.config import ChaosConfig
 from labs.chaos.holds import Crossing
@@ -189,10 +190,17 @@ class ChaosReport:
         return rows
 
     def fault_table(self) -> Any:
-        """`fault_rows()` as a pandas DataFrame (for a notebook)."""
+        """`fault_rows()` as a pandas DataFrame for the eye (a notebook's run view): the
+        headers and the words among the values (what the lease became, whether the strike
+        found a RUNNING task) in the edition's language; kinds, workers, task ids and
+        executions are identifiers and stay. Code that reads the rows uses `fault_rows()`."""
         import pandas as pd
 
-        return pd.DataFrame(self.fault_rows())
+        if i18n.lang() == i18n.SOURCE_LANG:
+            return pd.DataFrame(self.fault_rows())
+        headers, words = _fault_headers(), _fault_words()
+        return pd.DataFrame([{headers[k]: words.get(v, v) if isinstance(v, str | bool) else v
+                              for k, v in row.items()} for row in self.fault_rows()])
 
     def violate(self, text: str, invariant: Invariant = Invariant.RUN) -> None:
         """Record a violation found by the run itself (not about one task)."""
@@ -205,11 +213,43 @@ class ChaosReport:
     def invariant_table(self) -> Any:
         """`invariant_rows()` as a pandas DataFrame (for a notebook), each invariant by its
         name in the edition's words (`labs.learn.shown`: a prediction asks for one, and
-        takes it in either language)."""
+        takes it in either language). Shown with its headers in the edition's words too
+        (`labs.tables.Shown`); its columns stay `rules`, `violations`, `example`, so a
+        cell selects them by those names in both editions."""
         import pandas as pd
 
+        from labs.tables import Shown
+
         rows = [{**row, "invariant": shown(row["invariant"])} for row in self.invariant_rows()]
-        return pd.DataFrame(rows).set_index("invariant")
+        return Shown(pd.DataFrame(rows).set_index("invariant"))
+
+
+def _fault_headers() -> dict[str, str]:
+    """The fault table's column names in the edition's words."""
+    return {
+        "due_s": say("chaos.fault-table.due_s", "due_s"),
+        "kind": say("chaos.fault-table.kind", "kind"),
+        "target": say("chaos.fault-table.target", "target"),
+        "struck_s": say("chaos.fault-table.struck_s", "struck_s"),
+        "held_by": say("chaos.fault-table.held_by", "held_by"),
+        "task": say("chaos.fault-table.task", "task"),
+        "execution": say("chaos.fault-table.execution", "execution"),
+        "on_RUNNING": say("chaos.fault-table.on_RUNNING", "on_RUNNING"),
+        "lease_after": say("chaos.fault-table.lease_after", "lease_after"),
+    }
+
+
+def _fault_words() -> dict[Any, Any]:
+    """The fault table's words among its values (`Strike.lease_after`, "missed", the
+    RUNNING flag), in the edition's language."""
+    return {
+        "taken over": say("chaos.fault-table.taken-over", "taken over"),
+        "cleared": say("chaos.fault-table.cleared", "cleared"),
+        "kept": say("chaos.fault-table.kept", "kept"),
+        "missed": say("chaos.fault-table.missed", "missed"),
+        True: say("chaos.fault-table.yes", "True"),
+        False: say("chaos.fault-table.no", "False"),
+    }
 
 
 def print_header(config: ChaosConfig, kinds: tuple[str, ...], schedule: list[FaultEvent],

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from labs import fonts, learn
 from labs.exercises import Verdict, exercise, failed, passed
 from labs.i18n import say
+from labs.tables import columns_of, pad
 from labs.worlds import fresh_world, world_context
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
@@ -159,20 +160,25 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
     """§1's table, as text to print: the three identities of one task in its two rounds,
     with what each is (I1, I2, I3)."""
     rows = [
-        ("task id", round_1.id, round_2.id,
+        (say("ch26a.identity.label.task-id", "task id"), round_1.id, round_2.id,
          say("ch26a.identity.task-id", "the ledger row: one for the task's whole life")),
-        ("run", round_1.run, round_2.run,
+        (say("ch26a.identity.label.run", "run"), round_1.run, round_2.run,
          say("ch26a.identity.run", "the round; the page shows \"round run+1\"")),
-        ("queue job id", job_0.id, job_1.id,
+        (say("ch26a.identity.label.job-id", "queue job id"), job_0.id, job_1.id,
          say("ch26a.identity.job-id", "task_job_id(id, run): a manual retry opens a new one")),
-        ("job attemptsMade", job_0.attemptsMade, job_1.attemptsMade,
-         say("ch26a.identity.attempts-made", "kept by BullMQ, per job")),
-        ("ledger attempts", round_1.attempts, round_2.attempts,
-         say("ch26a.identity.attempts", "attemptsMade + 1 of that job")),
-        ("status", round_1.status.value, round_2.status.value, ""),
+        (say("ch26a.identity.label.attempts-made", "job attemptsMade"), job_0.attemptsMade,
+         job_1.attemptsMade, say("ch26a.identity.attempts-made", "kept by BullMQ, per job")),
+        (say("ch26a.identity.label.attempts", "ledger attempts"), round_1.attempts,
+         round_2.attempts, say("ch26a.identity.attempts", "attemptsMade + 1 of that job")),
+        (say("ch26a.identity.label.status", "status"), round_1.status.value,
+         round_2.status.value, ""),
     ]
-    lines = [f"{'':<17}{'round 1':<11}{'round 2':<11}"]
-    lines += [f"{name:<17}{one!s:<11}{two!s:<11}{note}" for name, one, two, note in rows]
+    # Row labels and round headings are words (the edition's); values stay identifiers.
+    wide = max(17, *(columns_of(name) + 1 for name, *_ in rows))
+    lines = [pad("", wide) + pad(say("ch26a.identity.round", "round {n}", n=1), 11)
+             + pad(say("ch26a.identity.round", "round {n}", n=2), 11)]
+    lines += [f"{pad(name, wide)}{pad(one, 11)}{pad(two, 11)}{note}"
+              for name, one, two, note in rows]
     return "\n".join(lines)
 
 

@@ -172,6 +172,28 @@ async def takeover(lab: Lab, a_point: str, *, a_opts: dict[str, Any]) -> tuple[i
     return len(saved), [r["op"] for r in lab.history.of(actor="A", type="fail", task_id=t.id)]
 
 
+def plot_title() -> str:
+    """The title of §4.6's swimlane plot, in the edition's words."""
+    return say("ch26b.plot.title", "ch. 26 §4 takeover race: A (E1) frozen, B (E2) takes over")
+
+
+def story_lines() -> dict[str, str]:
+    """§4.6's story of the race as lines, each in the edition's words; the notebook pairs
+    every key with the history row it must match, in order (P2, P3, P6). Actors, ops and
+    lease names stay as the history writes them."""
+    return {
+        "a-claims": say("ch26b.story.a-claims", "A claims the task"),
+        "a-frozen": say("ch26b.story.a-frozen", "A is frozen after its read"),
+        "b-sees-stalled": say("ch26b.story.b-sees-stalled", "B sees the stalled job"),
+        "b-claims": say("ch26b.story.b-claims", "B claims the task"),
+        "a-wakes": say("ch26b.story.a-wakes", "A wakes up"),
+        "a-progress-0": say("ch26b.story.a-progress-0", "A's progress write: 0 rows"),
+        "b-result-1": say("ch26b.story.b-result-1", "B's result write: 1 row"),
+        "queue-completes-b": say("ch26b.story.queue-completes-b",
+                                 "the queue completes B's job"),
+    }
+
+
 # ---------------------------------------------------------------- Exercise A: the learner's test
 
 #: A learner's test: an async function of one lab world.
