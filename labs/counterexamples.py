@@ -61,6 +61,10 @@ class Switch:
             self.on = False
             self.board.switches.remove(self)
 
+    def shown(self) -> list[str]:
+        """`effects` in the edition's words, for a cell to print (compare `effects`)."""
+        return [e.shown() if isinstance(e, fences.Effect) else e for e in self.effects]
+
     def __repr__(self) -> str:
         who = f" for {self.actor}" if self.actor else ""
         state = "on" if self.on else "off"

@@ -74,6 +74,24 @@ from teamdesk.tasks.worker import TaskWorker, is_exhausted
 log = logging.getLogger("teamdesk.counterexample")
 listener_log = logging.getLogger("labs.counterexample")
 
+
+
+class Effect(str):
+    """One write an old fence let through or redirected: the English line as data (what
+    cells and tests compare, in either edition), which can also say itself in the
+    edition's words (`shown`, for a line a cell prints). `said(lang)` is the line's one
+    `say` call, so its English is written once."""
+
+    def __new__(cls, said: Callable[..., str]) -> Effect:
+        line = super().__new__(cls, said(lang="en"))
+        line._said = said
+        return line
+
+    def shown(self) -> str:
+        """The line in the edition's words."""
+        return self._said()
+
+
 #: What an old fence changed: one line per write it let through or redirected.
 Effects = list[str]
 
@@ -94,7 +112,9 @@ class ForgotRowCount:
             await leased_update(conn, lease, statement, during=during, **values)
         except LeaseLost:
             # The bug: the row count is not looked at, so nothing stops the caller.
-            self.effects.append(f"{during}: 0 rows matched, carried on")
+            self.effects.append(Effect(lambda lang=None: say(
+                "fences.effect.carried-on", "{during}: 0 rows matched, carried on",
+                lang=lang, during=during)))
             log.warning("counterexample.row_count_ignored task_id=%s execution_id=%s during=%s",
                         lease.task_id, lease.execution_id, during)
 
@@ -114,8 +134,10 @@ class StatusOnlyGuard:
                                      {"task_id": lease.task_id, "run": lease.run})
             holder = await cur.fetchone()
             if holder is not None and holder[0] != lease.execution_id:
-                self.effects.append(f"{during}: written under {holder[0][:8]}'s lease, "
-                                    f"not {lease.execution_id[:8]}")
+                holder_id, own_id = holder[0][:8], lease.execution_id[:8]
+                self.effects.append(Effect(lambda lang=None: say(
+                    "fences.effect.under-holder", "{during}: written under {holder}'s lease, "
+                    "not {own}", lang=lang, during=during, holder=holder_id, own=own_id)))
                 lease = Lease(lease.task_id, lease.run, holder[0])
         await leased_update(conn, lease, statement, during=during, **values)
 
@@ -138,7 +160,9 @@ class LeaselessExport:
             return await leased_update(conn, lease, statement, during=during, **values)
         params = {**values, "task_id": lease.task_id, "run": lease.run}
         rows = (await conn.execute(LAB_QUERIES[_LEASELESS[statement]], params)).rowcount
-        self.effects.append(f"{during}: by task id + run, {rows} row(s)")
+        self.effects.append(Effect(lambda lang=None: say(
+            "fences.effect.by-task-and-run", "{during}: by task id + run, {rows} row(s)",
+            lang=lang, during=during, rows=rows)))
         log.warning("counterexample.leaseless_write task_id=%s run=%s execution_id=%s "
                     "during=%s rows=%s", lease.task_id, lease.run, lease.execution_id, during,
                     rows)
@@ -160,8 +184,9 @@ class SeparateEffects:
         await conn.execute(LAB_QUERIES["old_event"], values)
         await conn.execute(LAB_QUERIES["old_version"], values)
         if notified != 1:
-            self.effects.append("notification: a duplicate, skipped by the unique "
-                                "constraint; event and version written again")
+            self.effects.append(Effect(lambda lang=None: say(
+                "fences.effect.duplicate-skipped", "notification: a duplicate, skipped by "
+                "the unique constraint; event and version written again", lang=lang)))
             log.warning("counterexample.duplicate_notification_skipped ticket_id=%s "
                         "revision=%s", ticket_id, revision)
 

@@ -112,3 +112,24 @@ def test_the_invariant_table_reads_chinese_and_is_selected_by_its_english_column
     shown = repr(table)
     assert "规则" in shown and "违反次数" in shown and "不变量" in shown
     assert "rules" not in shown and "violations" not in shown
+
+
+async def test_an_old_fences_lines_stay_english_data_and_are_shown_in_chinese(monkeypatch):
+    """P3, P10: what `forgot-row-count` let through is compared as English in both editions
+    (26c's cells assert on it in the 中文 run too) and printed in the edition's words."""
+    from labs.counterexamples import Switch
+    from labs.fences import ForgotRowCount
+    from teamdesk.tasks.lease import Lease, LeaseLost
+
+    async def lost(conn, lease, statement=None, *, during="write", **values):
+        raise LeaseLost(lease, during)  # the completion matched 0 rows
+
+    monkeypatch.setattr("labs.fences.leased_update", lost)
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    fence = ForgotRowCount(effects=[])
+    await fence(None, Lease("T1", 0, "e1"), during="reminder completion")
+    switch = Switch("forgot-row-count", board=None, effects=fence.effects)  # type: ignore[arg-type]
+    assert switch.effects == ["reminder completion: 0 rows matched, carried on"]
+    assert switch.shown() == ["reminder completion：匹配了 0 行，照样继续往下走"]
+    monkeypatch.setenv("TEAMDESK_LANG", "en")
+    assert switch.shown() == switch.effects
