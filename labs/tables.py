@@ -283,7 +283,8 @@ class Shown(pd.DataFrame):
                 out[column] = [words.get(v, v) if isinstance(v, str) else v
                                for v in out[column]]
         named = headers()
-        return out.rename(columns=named).rename_axis(named.get(out.index.name, out.index.name))
+        # Every level's name (pd.concat with keys makes two levels, the first unnamed).
+        return out.rename(columns=named).rename_axis([named.get(n, n) for n in out.index.names])
 
     def _repr_html_(self) -> str | None:
         return self.translated()._repr_html_()

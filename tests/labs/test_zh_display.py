@@ -133,3 +133,18 @@ async def test_an_old_fences_lines_stay_english_data_and_are_shown_in_chinese(mo
     assert switch.shown() == ["reminder completion：匹配了 0 行，照样继续往下走"]
     monkeypatch.setenv("TEAMDESK_LANG", "en")
     assert switch.shown() == switch.effects
+
+
+def test_a_shown_frame_with_two_index_levels_is_shown_in_chinese(monkeypatch):
+    """23 shows `pd.concat({"before": a, "after": b})` of two boards: two index levels,
+    the first unnamed; in 中文 its headers are translated and its levels kept."""
+    import pandas as pd
+
+    board = tables.Shown(pd.DataFrame({"status": ["WAITING"]},
+                                      index=pd.Index(["T1"], name="task_id")))
+    both = pd.concat({"before": board, "after": board})
+    monkeypatch.setenv("TEAMDESK_LANG", "zh")
+    shown = both.translated()
+    assert list(shown.columns) == [tables.headers()["status"]] and shown.index.nlevels == 2
+    assert shown.index.names == [None, tables.headers()["task_id"]]
+    assert "WAITING" in repr(both) and "<table" in both._repr_html_()
