@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import inspect
+import operator
 import pkgutil
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -137,6 +139,60 @@ async def run_test(run: TestRun, test: Awaitable[Any], *, bound: float) -> TestR
     except Exception as err:  # the learner's code: any error is a verdict, not a crash
         run.outcome, run.detail = "errored", first_line(err)
     return run
+
+
+def whole_number(value: Any) -> int | None:
+    """`value` as an int when it is a whole number — numpy's integers too, which a count
+    made with pandas returns — else None (a bool is not a number here)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How a learner's function ran (`run_answer`): what it returned, or the verdict that
+    refuses it (it ran past its bound, or raised)."""
+
+    value: Any = None
+    refused: Verdict | None = None
+
+
+async def run_answer(fn: Callable[..., Any], *args: Any, bound: float) -> Ran:
+    """Call the learner's `fn(*args)` (awaited if it is async), at most `bound` seconds.
+    Their code's errors are a verdict — their own `assert` or `TimeoutError` too — and so
+    is running past the bound; a bounded wait of the harness that ran out inside it
+    (`_is_a_wait`), or the database refusing, propagates, for `labs.worlds.fresh_world` to
+    note as a run that stopped."""
+    import psycopg
+
+    timeout = asyncio.timeout(bound)
+    try:
+        async with timeout:
+            result = fn(*args)
+            value = await result if inspect.isawaitable(result) else result
+    except TimeoutError as err:
+        if timeout.expired():
+            return Ran(refused=failed(say("exercises.answer.still-running", "your function was "
+                                          "still running after {bound:g} s", bound=bound)))
+        return Ran(refused=_raised(err))
+    except psycopg.Error:
+        raise
+    except AssertionError as err:
+        if _is_a_wait(err):
+            raise
+        return Ran(refused=_raised(err))
+    except Exception as err:  # the learner's code: any error is a verdict, not a crash
+        return Ran(refused=_raised(err))
+    return Ran(value)
+
+
+def _raised(err: BaseException) -> Verdict:
+    return failed(say("exercises.answer.raised", "your function raised an error:"),
+                  first_line(err))
 
 
 def first_line(err: BaseException) -> str:

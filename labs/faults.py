@@ -39,7 +39,7 @@ from devkit import services
 from labs.gates import Fault
 from teamdesk.config import Settings
 from teamdesk.redaction import redact
-from teamdesk.tasks.queue import delete_prefix, redis_client
+from teamdesk.tasks.queue import delete_prefix, redis_client, task_job_id
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 #: (data folder, port) of servers this process stopped, so it may start them again.
@@ -407,5 +407,5 @@ async def final_report_fails(lab: Any, filters: dict[str, Any], *, user: str = "
               when=lambda ctx: ctx["task_id"] == task.id)
     await lab.start_worker(actor, export_batch_size=25)
     await lab.dispatch()
-    job_id = f"{task.id}-{task.run}"
+    job_id = task_job_id(task.id, task.run)
     return FinalReportFailed(task.id, job_id, await lab.done_with(job_id, timeout))

@@ -107,3 +107,14 @@ def reveal(guess: Any, actual: Any, *, why: str = "") -> bool:
     if why:
         print(why)
     return matched
+
+
+def __getattr__(name: str) -> Any:
+    """A learner's kept copy written before its exercises were registered still calls
+    `learn.check`: say what to do instead of a bare AttributeError."""
+    if name == "check":
+        raise AttributeError(say("learn.check.gone", "learn.check is gone: this copy of the "
+                                 "notebook is older than the lab. Its exercises are checked "
+                                 "with `await check(\"KEY\", answer)` now; the updated notebook "
+                                 "is beside your copy (NAME.updated.ipynb)."))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

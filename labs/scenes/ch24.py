@@ -10,17 +10,14 @@ cells.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import psycopg
 from sqlalchemy import select
 
 from labs import tables
-from labs.exercises import Verdict, exercise, failed, first_line, passed
+from labs.exercises import Verdict, exercise, failed, passed, run_answer
 from labs.i18n import say
 from labs.names import Names
 from labs.worlds import fresh_world, world_context
@@ -119,12 +116,6 @@ def d_judged(facts: dict[str, Any]) -> Verdict:
                       "until tomorrow (O3, O4)"), **facts)
 
 
-async def _call(fn: Any, *args: Any) -> Any:
-    """The learner's function: awaited if it is async."""
-    result = fn(*args)
-    return await result if inspect.isawaitable(result) else result
-
-
 async def _no_dispatch(lab: Lab, D: Any) -> Any:
     """A plausible wrong move: the due date moved, but nothing dispatched or waited."""
     _D, task = await lab.set_due_date(D.id, datetime.now(UTC))
@@ -166,16 +157,10 @@ async def judge_due_now(fn: Any, *, settings: Settings | None = None) -> Verdict
     notes: list[str] = []
     async with fresh_world("24-d-judge", notes, settings=settings, tickets=20) as lab:
         D, d1 = await stage_d(lab)
-        try:
-            task = await asyncio.wait_for(_call(fn, lab, D), D_BOUND)
-        except TimeoutError:
-            return failed(say("ch24.d.still-running", "your function was still running after "
-                              "{bound:g} s", bound=D_BOUND))
-        except (AssertionError, psycopg.Error):
-            raise  # a bounded wait that ran out: `fresh_world` notes it
-        except Exception as err:  # the learner's code: any error is a verdict
-            return failed(say("ch24.d.raised", "your function raised an error:"),
-                          first_line(err))
+        ran = await run_answer(fn, lab, D, bound=D_BOUND)
+        if ran.refused is not None:
+            return ran.refused
+        task = ran.value
         facts = await d_facts(lab, D, d1, task)
     if notes:
         return failed(say("ch24.d.stopped", "your move did not finish:"), *notes)

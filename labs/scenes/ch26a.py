@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labs import fonts, learn
-from labs.exercises import Verdict, exercise, failed, passed
+from labs.exercises import Verdict, exercise, failed, passed, whole_number
 from labs.i18n import say
 from labs.tables import columns_of, pad
 from labs.worlds import fresh_world, world_context
@@ -124,8 +124,8 @@ async def judge_budget(answer: Any, *, settings: Settings | None = None) -> Verd
     (`budget_run`). Two budgets meet: the queue's, stamped on the job, decides how often
     the job is delivered (Q1); the processor's, `MAX_TASK_ATTEMPTS`, decides when an
     execution is final (P7)."""
-    executions, status = answer
-    if isinstance(executions, bool) or not isinstance(executions, int) or executions < 1:
+    executions, status = whole_number(answer[0]), answer[1]
+    if executions is None or executions < 1:
         return failed(say("ch26a.budget.count", "my_executions is a number of executions: "
                           "an int, 1 or more"))
     if status not in STATUSES:

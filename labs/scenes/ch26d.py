@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from labs.cases import CaseSpec
-from labs.exercises import Verdict, exercise, failed, first_line, passed, stopped_note
+from labs.exercises import Verdict, exercise, failed, first_line, passed, stopped_note, whole_number
 from labs.faults import final_report_fails
 from labs.fences import failed_listener, legacy_failed_listener
 from labs.history import History
@@ -123,7 +123,8 @@ async def judge_rounds(fails: Any, *, lab: Lab, memo: dict[int, list[Round]] | N
     task completed in its third round — so it ran more than three times: attempts=3 is a
     per-run budget, and Retry grants a new one (I3, Q1, R2). `memo` keeps the rounds per
     N, so a check cell run again starts nothing new."""
-    if isinstance(fails, bool) or not isinstance(fails, int) or not 0 <= fails <= 8:
+    fails = whole_number(fails)
+    if fails is None or not 0 <= fails <= 8:
         return failed(say("ch26d.rounds.range", "my_fails is how many reads in a row fail: an "
                           "int from 0 to 8"))
     try:
@@ -313,6 +314,8 @@ async def _stage_fault_b(lab: Lab) -> str:
     await _quiet(lab)
     staged = await final_report_fails(lab, {"status": ["OPEN"], "priority": ["HIGH"]},
                                       timeout=T)
+    # P9: the job completes; had it not, this would be other evidence under the same answer.
+    assert staged.ended["kind"] == "completed", staged.ended
     await _quiet(lab)
     return staged.task_id
 

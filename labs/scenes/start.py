@@ -9,15 +9,12 @@ worker and compares its count with the tickets table and the export it really ma
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy import func, select
 
-from labs.exercises import Verdict, exercise, failed, first_line, passed
+from labs.exercises import Verdict, exercise, failed, passed, run_answer, whole_number
 from labs.i18n import say
 from labs.worlds import fresh_world
 from teamdesk.db.models import BackgroundTask, TaskType, Ticket, TicketStatus
@@ -106,12 +103,6 @@ async def _exports_by_ben(lab: Lab) -> list[tuple[str, dict[str, Any], int | Non
             for r in rows]
 
 
-async def _run(fn: Any, lab: Lab) -> Any:
-    """The learner's function on the judge's lab: awaited if it is async."""
-    result = fn(lab)
-    return await result if inspect.isawaitable(result) else result
-
-
 @exercise("00.rows", answer="my_closed_rows", solution="solution_closed_rows",
           wrong={"the header counted too": _with_the_header,
                  "every ticket exported": _all_tickets,
@@ -127,24 +118,20 @@ async def judge_rows(fn: Any, *, settings: Settings | None = None) -> Verdict:
     notes: list[str] = []
     async with fresh_world("00-rows-judge", notes, settings=settings, tickets=60) as lab:
         await lab.start_worker("W")
-        try:
-            rows = await asyncio.wait_for(_run(fn, lab), ROWS_BOUND)
-        except TimeoutError:
-            return failed(say("start.rows.still-running", "your function was still running "
-                              "after {bound:g} s", bound=ROWS_BOUND))
-        except (AssertionError, psycopg.Error):
-            raise  # a bounded wait that ran out: `fresh_world` notes it
-        except Exception as err:  # the learner's code: any error is a verdict
-            return failed(say("start.rows.raised", "your function raised an error:"),
-                          first_line(err))
+        ran = await run_answer(fn, lab, bound=ROWS_BOUND)
+        if ran.refused is not None:
+            return ran.refused
+        rows = ran.value
         truth = await count_tickets(lab, "CLOSED")
         made = await _exports_by_ben(lab)
     if notes:
         return failed(say("start.rows.stopped", "your export did not finish:"), *notes)
-    facts = {"rows": rows, "truth": truth, "exports": made}
-    if isinstance(rows, bool) or not isinstance(rows, int):
+    if whole_number(rows) is None:
         return failed(say("start.rows.not-a-number", "your function returned {rows!r}: "
-                          "return the number of rows (an int)", rows=rows), **facts)
+                          "return the number of rows (an int)", rows=rows),
+                      rows=rows, truth=truth, exports=made)
+    rows = whole_number(rows)
+    facts = {"rows": rows, "truth": truth, "exports": made}
     closed = [n for status, filters, n in made if status == "COMPLETED" and filters == CLOSED]
     if not closed:
         shown = "; ".join(f"{status} {filters or '{}'}" for status, filters, _ in made)
@@ -156,6 +143,10 @@ async def judge_rows(fn: Any, *, settings: Settings | None = None) -> Verdict:
     if rows == truth + 1:
         return failed(say("start.rows.header", "{rows} is one more than the CSV's data rows: "
                           "its first line is the header", rows=rows), **facts)
+    if rows not in closed:
+        return failed(say("start.rows.not-the-csv", "{rows} is not the number of data rows of "
+                          "your CLOSED export's CSV ({counted})", rows=rows,
+                          counted=", ".join(map(str, closed))), **facts)
     if rows != truth:
         return failed(say("start.rows.wrong-count", "{rows} rows, but the judge's world has "
                           "{truth} CLOSED tickets in its tickets table", rows=rows, truth=truth),
