@@ -30,7 +30,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -40,6 +40,9 @@ from labs.gates import Fault
 from teamdesk.config import Settings
 from teamdesk.redaction import redact
 from teamdesk.tasks.queue import delete_prefix, redis_client, task_job_id
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 #: (data folder, port) of servers this process stopped, so it may start them again.
@@ -393,7 +396,7 @@ class FinalReportFailed:
     ended: dict[str, Any]
 
 
-async def final_report_fails(lab: Any, filters: dict[str, Any], *, user: str = "ben",
+async def final_report_fails(lab: Lab, filters: dict[str, Any], *, user: str = "ben",
                              actor: str = "W", timeout: float = 8.0) -> FinalReportFailed:
     """The book's Fault B (ch. 26 §7) on a real worker, the one staging that 26a's contrast
     and 26d's diagnosis case both run: a new export (`filters`, requested by `user`) is
