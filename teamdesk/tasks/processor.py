@@ -135,8 +135,11 @@ async def _report_failure(ctx: TaskContext, conn: Any, lease: Lease, err: Except
         else:
             await ctx.fence(conn, lease, statement, during="error report", last_error=text)
     except LeaseLost:
-        log.info("task.error_unreported task_id=%s run=%s execution_id=%s error=%s (lease lost)",
-                 lease.task_id, lease.run, lease.execution_id, type(err).__name__)
+        # P9: the row left RUNNING under this lease — taken over, recovered, or completed by
+        # this very execution before the error (a failed final report): not always "lost".
+        log.info("task.error_unreported task_id=%s run=%s execution_id=%s error=%s "
+                 "(lease no longer held)", lease.task_id, lease.run, lease.execution_id,
+                 type(err).__name__)
         return False
     log.warning("task.error task_id=%s run=%s execution_id=%s attempt=%s final=%s error=%s: %s",
                 lease.task_id, lease.run, lease.execution_id, attempt, str(final).lower(),

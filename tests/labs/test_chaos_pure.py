@@ -128,7 +128,7 @@ def test_worker_log_lines_are_parsed_once_into_events_and_fields():
         "=== start #1 at 1.0",
         "10:00:01 INFO task.lease_lost task_id=T1 run=0 execution_id=e during=progress",
         "10:00:01 WARNING task.error task_id=T1 run=0 final=false error=OSError: x",
-        "10:00:01 INFO task.error_unreported task_id=T1 run=0 error=OSError (lease lost)",
+        "10:00:01 INFO task.error_unreported task_id=T1 run=0 error=OSError (lease no longer held)",
         "10:00:02 WARNING task.failed task_id=T2 run=0 exhausted=true error=X",
         "10:00:02 WARNING task.failed task_id=T3 run=0 exhausted=false error=X",
         "10:00:03 INFO dispatch.tick scanned=3 re_added=2 recovered_stale=1 ms=4",
