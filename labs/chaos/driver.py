@@ -188,7 +188,8 @@ class Driver:
         else:
             targets = await self._free(ev, deadline)
         try:
-            held = await self._wait_hold(targets, deadline) if targets else None
+            held = (await self._wait_hold(targets, deadline, owned=ev.worker is not None)
+                    if targets else None)
             if held is not None and lock is None:
                 lock = self.locks[self._index(held.worker)]
                 await lock.acquire()  # free when armed; at most a supervisor's moment
@@ -223,13 +224,16 @@ class Driver:
             free = [i for i in free if i not in busy] or free
         return free
 
-    async def _wait_hold(self, targets: list[int], deadline: float) -> Held | None:
+    async def _wait_hold(self, targets: list[int], deadline: float, *,
+                         owned: bool = False) -> Held | None:
         """Arm `targets`, ask the services for the fault's exports (`STRIKE_EXPORT`, one
         per worker) and wait until a target holds an export of a task not struck yet,
         RUNNING under its lease: the first to hold is the one struck. With one target,
         every other free worker is armed as well and kept holding until then, so the
         fault's exports are left to its worker (with one export per worker, one is).
-        Then everyone but the held one goes on. None if `deadline` passed first."""
+        Then everyone but the held one goes on. None if `deadline` passed first. A target
+        whose lock this fault holds (`owned`) and that exits by itself meanwhile (it could
+        not start while Redis was down) is restarted here, as the supervisor would."""
         assert self.holds is not None and self.report.expected is not None
         holds, names = self.holds, [w.name for w in self.procs]
         exclude = self.report.struck_tasks
@@ -241,6 +245,9 @@ class Driver:
         held: Held | None = None
         try:
             while held is None and time.monotonic() < deadline:
+                for i in tokens if owned else ():
+                    if not self.procs[i].alive:
+                        await self.restart_exited(self.procs[i])
                 if len(targets) == 1:  # a worker freed meanwhile is parked too
                     for i, lock in enumerate(self.locks):
                         if i not in tokens and i not in parked and not lock.locked():
@@ -266,6 +273,26 @@ class Driver:
                     holds.disarm(names[i], token)
                     holds.release(names[i], token)
         return held
+
+    async def restart_exited(self, w: WorkerProc) -> None:
+        """What a process supervisor does for a worker that exited by itself (not by a
+        fault of ours): note it as a finding, wait 0.5 s, start it again. The window's
+        supervisor does it for a worker no fault holds; a fault waiting on its own worker
+        does it itself (`_wait_hold`), as the supervisor waits for that worker's lock."""
+        code = w.p.returncode if w.p is not None else None
+        last = (w.tail(1) or "?").strip()[:160]
+        when = (say("chaos.window.while-running", "while running") if w.started_up
+                else say("chaos.window.while-starting", "while starting"))
+        self.note(say("chaos.window.exited", "{worker} exited by itself {when} "
+                      "(exit {code}): {last}", worker=w.name, when=when, code=code, last=last))
+        self.report.findings.append(say(
+            "chaos.window.exited-finding", "{worker} exited by itself {when} with code "
+            "{code} at +{at:.2f} s; last log line: {last}", worker=w.name, when=when,
+            code=code, at=self.now(), last=last))
+        await asyncio.sleep(0.5)  # a supervisor's restart delay
+        w.start()
+        self.note(say("chaos.window.restarted", "restarted {worker} (pid {pid}) as a "
+                      "supervisor would", worker=w.name, pid=w.pid))
 
     def _missed(self, ev: FaultEvent, why: str) -> None:
         """A fault whose sync points did not come within the bound: a violation."""

@@ -27,21 +27,7 @@ async def supervise(driver: Driver, stop: asyncio.Event) -> None:
             if lock.locked() or w.alive or w.p is None:
                 continue
             async with lock:
-                code = w.p.returncode
-                last = (w.tail(1) or "?").strip()[:160]
-                when = (say("chaos.window.while-running", "while running") if w.started_up
-                        else say("chaos.window.while-starting", "while starting"))
-                driver.note(say("chaos.window.exited", "{worker} exited by itself {when} "
-                                "(exit {code}): {last}", worker=w.name, when=when, code=code,
-                                last=last))
-                driver.report.findings.append(say(
-                    "chaos.window.exited-finding", "{worker} exited by itself {when} with code "
-                    "{code} at +{at:.2f} s; last log line: {last}", worker=w.name, when=when,
-                    code=code, at=driver.now(), last=last))
-                await asyncio.sleep(0.5)
-                w.start()
-                driver.note(say("chaos.window.restarted", "restarted {worker} (pid {pid}) as a "
-                                "supervisor would", worker=w.name, pid=w.pid))
+                await driver.restart_exited(w)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.1)
 

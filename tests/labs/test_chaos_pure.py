@@ -11,6 +11,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -324,3 +325,55 @@ def test_the_run_log_is_said_not_written_in_english():
             if re.search(r"[A-Za-z]{3,}", words.replace("VIOLATION", "")):
                 found.append(f"{path.name}:{node.lineno}: {words.strip()[:60]!r}")
     assert not found, "say it through labs.i18n.say:\n" + "\n".join(found)
+
+
+async def test_a_fault_waiting_on_its_own_worker_restarts_it_when_it_exited_by_itself(
+        monkeypatch):
+    """The supervisor restarts a worker that exited by itself only when no fault holds its
+    lock; a fault that holds it (here: w1 started while Redis was down and exited 2) must
+    restart it itself, or it waits its whole bound for a hold that cannot come and counts
+    as MISSED — seen once with seed 2."""
+    from types import SimpleNamespace
+
+    from labs.chaos.holds import Held
+
+    class Proc:  # a worker process that has exited by itself while starting
+        name, pid, started_up, alive = "w1", 1, False, False
+        p = SimpleNamespace(returncode=2)
+
+        def tail(self, n):
+            return "teamdesk: cannot start the worker, Redis is not reachable"
+
+        def start(self):
+            self.alive, self.pid = True, 2
+
+    class Holds:  # the restarted process is the one that holds
+        def arm(self, name, task_id=None, exclude=()):
+            return 1
+
+        async def reached(self, names, tokens, timeout):
+            await asyncio.sleep(0)
+            return Held("w1", 1, "T1", 0, "e1") if proc.alive else None
+
+        def release(self, name, token): ...
+        def disarm(self, name, token): ...
+
+    async def no_export(*args):
+        return 1
+
+    monkeypatch.setattr("labs.chaos.driver.create", no_export)
+    report = ChaosReport(config=ChaosConfig(seed=2, workers=1), schedule=[])
+    report.expected = object()
+    lines: list[str] = []
+    driver = Driver(Settings(), report.config, report, lines.append, None, None)
+    proc, driver.holds, driver.locks = Proc(), Holds(), [asyncio.Lock()]
+    driver.procs = [proc]
+
+    async def running(task_id):
+        return ("RUNNING", "e1")
+
+    driver.lease = running
+    held = await driver._wait_hold([0], deadline=time.monotonic() + 5, owned=True)
+    assert held is not None and held.task_id == "T1" and proc.alive
+    assert any("exited by itself while starting (exit 2)" in line for line in lines), lines
+    assert report.findings
