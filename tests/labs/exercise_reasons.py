@@ -300,17 +300,6 @@ async def _invariant_solution(v: Verdict, context: dict[str, Any]) -> None:
     assert v.facts["on_cx"] == clobbered_ids(context["cx_report"]), str(v)
 
 
-_REASONS_REG2 = {
-    "26d.rounds": {"every read fails in round 1 only": _rounds_reason(["COMPLETED"]),
-                   "round 2 completes": _rounds_reason(["FAILED", "COMPLETED"]),
-                   "out of range": _rounds_out_of_range,
-                   "the solution": _rounds_solution},
-    "90.invariant": {"the starter": _invariant_starter,
-                     "every task claimed twice": _invariant_names_clean,
-                     "the ledger's execution_id differs": _invariant_names_clean,
-                     "any result after a second claim": _invariant_names_clean,
-                     "the solution": _invariant_solution},
-}
 
 
 def _exit_reason(released: bool, code: int
@@ -378,5 +367,13 @@ REASONS: dict[str, dict[str, Callable[[Verdict, dict[str, Any]], Awaitable[None]
                      "a shared database": _isolation_shared_database,
                      "a clean-up outside finally": _isolation_outside_finally,
                      "the solution": _isolation_solution},
-    **_REASONS_REG2,
+    "26d.rounds": {"every read fails in round 1 only": _rounds_reason(["COMPLETED"]),
+                   "round 2 completes": _rounds_reason(["FAILED", "COMPLETED"]),
+                   "out of range": _rounds_out_of_range,
+                   "the solution": _rounds_solution},
+    "90.invariant": {"the starter": _invariant_starter,
+                     "every task claimed twice": _invariant_names_clean,
+                     "the ledger's execution_id differs": _invariant_names_clean,
+                     "any result after a second claim": _invariant_names_clean,
+                     "the solution": _invariant_solution},
 }

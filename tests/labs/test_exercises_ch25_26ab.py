@@ -4,51 +4,10 @@ accepts its hidden solution is `test_exercise_registry.py`'s job)."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import json
-import linecache
 from typing import Any
 
 from labs.scenes import ch26b
-from tests.labs.test_exercises import NOTEBOOKS
-
-
-def _cells(notebook: str) -> list[dict[str, Any]]:
-    return json.loads((NOTEBOOKS / notebook).read_text(encoding="utf-8"))["cells"]
-
-
-def _setup_namespace(notebook: str) -> dict[str, Any]:
-    """The names the notebook's first code cell binds without awaiting anything (its
-    imports and constants such as `T`, `A_OPTS`): what a learner's cell may use."""
-    first = next(c for c in _cells(notebook) if c["cell_type"] == "code")
-    tree = ast.parse("".join(first["source"]))
-    keep = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom | ast.Assign)
-            and not any(isinstance(x, ast.Await) for x in ast.walk(n))]
-    ns: dict[str, Any] = {}
-    exec(compile(ast.Module(keep, []), notebook, "exec"), ns)  # the notebook's own imports
-    return ns
-
-
-def _defined(notebook: str, tag: str, name: str) -> Any:
-    """The function named `name` that the cell tagged `tag` defines (a learner's test),
-    compiled alone in the notebook's set-up namespace — the cell's top-level `await`s are
-    not run."""
-    for cell in _cells(notebook):
-        if tag not in cell["metadata"].get("tags", []):
-            continue
-        source = "".join(cell["source"])
-        for node in ast.parse(source).body:
-            if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == name:
-                ns = _setup_namespace(notebook)
-                where = f"<{notebook} {tag} cell>"  # so a failing line can be quoted
-                linecache.cache[where] = (len(source), None, source.splitlines(True), where)
-                exec(compile(ast.Module([node], []), where, "exec"), ns)
-                return ns[name]
-    raise AssertionError(f"{notebook}: no cell tagged {tag!r} defines {name}")
-
-
-NB_26B = "26b-takeover-race.ipynb"
 
 
 async def _no_lease_assertion(lab: Any) -> None:
@@ -128,13 +87,12 @@ async def test_the_kinds_exercise_takes_its_choices_in_chinese_in_the_chinese_ed
         service_settings, monkeypatch):
     """26a's Exercise E in the Chinese edition: "重试" / "拒绝" are "retry" / "reject"
     (`labs.learn.same`), judged through the real processor like the English."""
-    from labs.exercises import check
+    from labs.exercises import check, load_all
     from labs.scenes import ch26a
-    from tests.labs.test_exercise_registry import EXERCISES
 
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     chinese = {situation: "拒绝" if stays else "重试"
                for situation, (stays, _) in ch26a.SITUATIONS.items()}
-    async with EXERCISES["26a.kinds"].context(service_settings) as context:
+    async with load_all()["26a.kinds"].context(service_settings) as context:
         verdict = await check("26a.kinds", chinese, **context)
     assert verdict.ok, str(verdict)

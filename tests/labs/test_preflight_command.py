@@ -5,19 +5,13 @@ stopped server is a private Redis of this test's own (the shared one is never st
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
+from devkit.services.paths import free_port
 from labs.private_redis import PrivateRedis
 
 TIMEOUT_S = 300  # a kernel start and the race, on a shared 2-core machine
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _preflight(settings, redis_url: str) -> subprocess.CompletedProcess:
@@ -25,7 +19,7 @@ def _preflight(settings, redis_url: str) -> subprocess.CompletedProcess:
            "TEAMDESK_QUEUE_PREFIX": settings.queue_prefix}
     # A port of its own: another lab on this machine may hold 8888 and the ones after it.
     return subprocess.run([sys.executable, "-m", "labs.command", "preflight", "--lang", "en",
-                           "--port", str(_free_port())], env=env, capture_output=True,
+                           "--port", str(free_port())], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT_S)
 
 

@@ -144,10 +144,10 @@ def test_draft_keeps_fresh_translations_and_marks_the_rest(tmp_path):
     ('show("the ledger row")', 'show("账本那一行")', False)])
 def test_a_translation_may_change_messages_comments_and_printed_labels_only(english, chinese,
                                                                             same):
-    """Messages to the learner (why=, holds=, *_HOLDS, a check's reason) and the labels a
-    cell prints are prose; every other string is code — a filter value, a separator, an
-    argument of any other call — and every identifier, number and `{field}` (with its
-    format) must stay as it is."""
+    """Messages to the learner (reveal's why=) and the labels a cell prints are prose;
+    every other string is code — a filter value, a separator, an argument of any other
+    call — and every identifier, number and `{field}` (with its format) must stay as it
+    is."""
     assert (editions.code_skeleton(english) == editions.code_skeleton(chinese)) is same
 
 
