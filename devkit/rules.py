@@ -33,13 +33,12 @@ import io
 import json
 import re
 import tokenize
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devkit import i18n, notebook_cells
-from devkit.i18n import listing, say
+from devkit.i18n import columns, listing, say
 
 #: The checkout this module belongs to (it sits at `<root>/devkit/rules.py`), so the
 #: command works from any working directory of the checkout.
@@ -422,21 +421,16 @@ def table(reports: Iterable[RuleReport], lang: str | None = None) -> list[dict[s
             for r in reports]
 
 
-def _width(text: str) -> int:
-    """Terminal columns: a 中文 character (east-asian wide or full-width) takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
 def table_text(rows: list[dict[str, object]]) -> str:
     """`rows` as a plain text table whose columns line up in a terminal with 中文 titles
     too (the same layout as the product's `print_table` for ASCII)."""
     if not rows:
         return ""
     cols = list(rows[0])
-    widths = {c: max(_width(c), *(_width(str(r[c])) for r in rows)) for c in cols}
+    widths = {c: max(columns(c), *(columns(str(r[c])) for r in rows)) for c in cols}
 
     def line(cells: list[str]) -> str:
-        return "  ".join(v + " " * (widths[c] - _width(v)) for c, v in zip(cols, cells,
+        return "  ".join(v + " " * (widths[c] - columns(v)) for c, v in zip(cols, cells,
                                                                           strict=True))
 
     return "\n".join([line(cols)] + [line([str(r[c]) for c in cols]) for r in rows])

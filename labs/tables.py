@@ -22,7 +22,6 @@ bounded by `settings.redis_timeout_s`: against a dead Redis, `queue()` and
 from __future__ import annotations
 
 import asyncio
-import unicodedata
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,6 +29,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from devkit import i18n
+from devkit.i18n import columns
 from labs import statements
 from labs.history import short
 from labs.i18n import say
@@ -211,16 +211,10 @@ async def ledger_vs_queue(lab: Lab) -> pd.DataFrame:
                   ints=("run", "progress", "attemptsMade", "job_progress"))
 
 
-def columns_of(text: Any) -> int:
-    """How many terminal columns `text` takes: a Chinese character (east-asian wide or
-    full-width) takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in str(text))
-
-
 def pad(text: Any, width: int) -> str:
     """`text` left-aligned in `width` terminal columns, as `f"{text:<{width}}"` does for
-    ASCII, so a printed table lines up in both editions (`columns_of`)."""
-    return str(text) + " " * max(width - columns_of(text), 0)
+    ASCII, so a printed table lines up in both editions (`devkit.i18n.columns`)."""
+    return str(text) + " " * max(width - columns(text), 0)
 
 
 def headers(lang: str | None = None) -> dict[str, str]:

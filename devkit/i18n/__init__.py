@@ -49,6 +49,7 @@ import os
 import re
 import string
 import threading
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,14 @@ HAN = "\u4e00-\u9fff"
 #: Any character of CJK text — ideographs, radicals, kana, compatibility ideographs, CJK
 #: punctuation and full-width forms — as the body of a regex character class.
 CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
+
+
+def columns(text: object) -> int:
+    """How many terminal columns `text` takes: a CJK character (east-asian wide or
+    full-width) takes two, so a printed table lines up in either edition."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in str(text))
+
+
 _MARKER = re.compile(r"^<!-- msg (?P<key>[\w.-]+) en (?P<fp>[0-9a-f]{8})(?P<todo> todo)? -->$")
 _COMMENT = re.compile(r"^<!--.*-->$")
 

@@ -243,9 +243,7 @@ def _fault_words() -> dict[Any, Any]:
     """The fault table's words among its values (`Strike.lease_after`, "missed", the
     RUNNING flag), in the edition's language."""
     return {
-        "taken over": say("chaos.fault-table.taken-over", "taken over"),
-        "cleared": say("chaos.fault-table.cleared", "cleared"),
-        "kept": say("chaos.fault-table.kept", "kept"),
+        **{value: LEASE_AFTER.shown(value) for value in LEASE_AFTER.keys},  # what a lease became
         "missed": say("chaos.fault-table.missed", "missed"),
         True: say("chaos.fault-table.yes", "True"),
         False: say("chaos.fault-table.no", "False"),

@@ -17,10 +17,11 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from devkit.i18n import columns
 from labs import fonts, learn
 from labs.exercises import Verdict, exercise, failed, passed, whole_number
 from labs.i18n import say
-from labs.tables import columns_of, pad
+from labs.tables import pad
 from labs.worlds import fresh_world, world_context
 from teamdesk.tasks.errors import RejectReason, TaskRejected
 from teamdesk.tasks.processor import TaskContext, process_task
@@ -174,7 +175,7 @@ def identities(round_1: Any, round_2: Any, job_0: Any, job_1: Any) -> str:
          round_2.status.value, ""),
     ]
     # Row labels and round headings are words (the edition's); values stay identifiers.
-    wide = max(17, *(columns_of(name) + 1 for name, *_ in rows))
+    wide = max(17, *(columns(name) + 1 for name, *_ in rows))
     lines = [pad("", wide) + pad(say("ch26a.identity.round", "round {n}", n=1), 11)
              + pad(say("ch26a.identity.round", "round {n}", n=2), 11)]
     lines += [f"{pad(name, wide)}{pad(one, 11)}{pad(two, 11)}{note}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from devkit.i18n import columns
 from labs import tables
 from labs.chaos.config import ChaosConfig
 from labs.chaos.report import ChaosReport, Strike
@@ -24,7 +25,7 @@ def _rounds() -> tuple[SimpleNamespace, ...]:
 
 def test_pad_counts_a_chinese_character_as_two_columns():
     assert tables.pad("run", 6) == "run   " == f"{'run':<6}"
-    assert tables.pad("轮次", 6) == "轮次  " and tables.columns_of("轮次 run") == 8
+    assert tables.pad("轮次", 6) == "轮次  " and columns("轮次 run") == 8
     assert tables.pad("too long", 3) == "too long"
 
 
@@ -42,11 +43,11 @@ def test_the_identities_table_is_the_same_english_and_lines_up_in_chinese(monkey
     lines = ch26a.identities(*_rounds()).splitlines()
     assert "第 1 轮" in lines[0] and lines[1].startswith("任务 id")
     assert "FAILED" in lines[-1] and "COMPLETED" in lines[-1]
-    starts = {tables.columns_of(line[:line.index(value)])
+    starts = {columns(line[:line.index(value)])
               for line, value in zip(lines[1:], ("TTBKD8", "0", "TTBKD8-0", "3", "3",
                                                  "FAILED"), strict=True)}
     assert len(starts) == 1, lines
-    assert tables.columns_of(lines[0][:lines[0].index("第 1 轮")]) == starts.pop()
+    assert columns(lines[0][:lines[0].index("第 1 轮")]) == starts.pop()
 
 
 def test_the_story_of_26b_has_the_same_keys_and_chinese_words(monkeypatch):

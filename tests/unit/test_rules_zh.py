@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devkit import cli, rules
-from devkit.i18n import HAN
+from devkit.i18n import HAN, columns
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The rule the checks below show in both languages (a string, not a citation).
@@ -212,10 +212,10 @@ def test_rules_command_follows_the_edition_and_words_its_table(mini: Path, monke
     assert re.search(r"^B2\s+第二条 \(ours\)\s+0\s+0\s+0\s*$", out, re.MULTILINE), out
     assert "没有任何测试引用的规则有 1 条：B2" in out
     # Columns line up in a terminal: a 中文 character takes two columns.
-    header = rules._width(lines[0][:lines[0].index("代码")])
+    header = columns(lines[0][:lines[0].index("代码")])
     for row in lines[1:3]:
         start = re.search(r"\s(\d+)\s+\d+\s+\d+\s*$", row).start(1)
-        assert rules._width(row[:start]) == header, lines
+        assert columns(row[:start]) == header, lines
     (mini / "tests" / "test_more.py").write_text('def test_two():\n    """B2."""\n')
     assert cli.main(["rules", "--root", str(mini), "--lang", "zh"]) == 0
     assert "全部 2 条规则都至少有一个测试引用" in capsys.readouterr().out
