@@ -32,6 +32,7 @@ from labs.i18n import say
 from labs.procs import WorkerProc
 from labs.timings import CHAOS_WORKER
 from teamdesk.config import Settings
+from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT
 from teamdesk.testing import wait_until
 
 #: How long a Redis fault may hold its executor after Redis is back: until D6 has cleared
@@ -449,12 +450,12 @@ class Driver:
                 self.report.notes.append(say("chaos.driver.sigterm-starting", "{worker} got "
                                              "SIGTERM while still starting (exit -15, before "
                                              "its drain handler existed)", worker=w.name))
-            elif code not in (0, 3) and not w.started_up:
+            elif code not in (0, EXIT_DRAIN_TIMEOUT) and not w.started_up:
                 self.report.findings.append(say(
                     "chaos.driver.sigterm-failing-start", "{worker} exited {code} before it "
                     "had started (the SIGTERM met a start that was failing anyway): {last}",
                     worker=w.name, code=code, last=w.tail(1).strip()[:160]))
-            elif code not in (0, 3):
+            elif code not in (0, EXIT_DRAIN_TIMEOUT):
                 self.report.violate(say("chaos.driver.sigterm-exit", "{worker} exited {code} "
                                         "after SIGTERM; expected 0 or 3 (W4)", worker=w.name,
                                         code=code))

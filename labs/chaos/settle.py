@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from labs import statements
 from labs.i18n import say
+from teamdesk.tasks.runner import EXIT_DRAIN_TIMEOUT
 
 if TYPE_CHECKING:
     from labs.chaos.driver import Driver
@@ -25,10 +26,8 @@ async def restore(driver: Driver) -> None:
             await proxy.heal()
     for w, lock in zip(driver.procs, driver.locks, strict=True):
         async with lock:
-            if not w.alive:
-                w.start()
-                driver.note(say("chaos.settle.restarted", "restarted {worker} for the settle "
-                                "phase", worker=w.name))
+            if not w.alive:  # every fault restarts its own: this one exited by itself
+                await driver.restart_exited(w)
 
 
 async def settle(driver: Driver, total: int) -> tuple[bool, float]:
@@ -59,13 +58,17 @@ async def all_started(driver: Driver, timeout: float) -> None:
     """Before the final SIGTERM: every worker running and past its start (bounded), so
     the drain is tested on a worker that could drain."""
     for w in driver.procs:
-        if not w.alive:
-            w.start()
+        if not w.alive:  # it exited by itself during the settle phase: a finding
+            await driver.restart_exited(w)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(w.started_up or not w.alive for w in driver.procs):
             return
         await asyncio.sleep(0.05)  # poll interval of an external state
+    slow = ", ".join(w.name for w in driver.procs if w.alive and not w.started_up)
+    driver.note(say("chaos.settle.slow-start", "{workers} not started after {timeout:g} s; "
+                    "the final SIGTERM finds {workers} starting", workers=slow,
+                    timeout=timeout))
 
 
 async def final_stop(driver: Driver) -> None:
@@ -83,7 +86,7 @@ async def final_stop(driver: Driver) -> None:
                 "chaos.settle.not-started", "{worker} had not finished starting when the final "
                 "SIGTERM came (exit {code}): {last}", worker=w.name, code=code,
                 last=w.tail(1).strip()[:160]))
-        elif code == 3 and report.settled:
+        elif code == EXIT_DRAIN_TIMEOUT and report.settled:
             report.findings.append(say(
                 "chaos.settle.drain-timeout", "{worker} exited 3 (drain timeout, 'running job "
                 "abandoned') on the final SIGTERM although no task was RUNNING: its bullmq "

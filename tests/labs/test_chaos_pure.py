@@ -379,3 +379,29 @@ async def test_a_fault_waiting_on_its_own_worker_restarts_it_when_it_exited_by_i
     assert held is not None and held.task_id == "T1" and proc.alive
     assert any("exited by itself while starting (exit 2)" in line for line in lines), lines
     assert report.findings
+
+
+async def test_the_final_sigterm_is_judged_by_w4():
+    """W4: on the final SIGTERM a worker exits 0; a worker still starting, or one that ran
+    out its drain timeout with nothing RUNNING (the bullmq port's close), is a finding;
+    any other exit code is a violation of the run."""
+    from labs.chaos import settle
+
+    class Proc:
+        def __init__(self, name, code, started_up=True):
+            self.name, self.code, self.started_up = name, code, started_up
+
+        async def stop(self, timeout):
+            return self.code
+
+        def tail(self, n):
+            return "last line"
+
+    report = ChaosReport(config=ChaosConfig(seed=1), schedule=[])
+    report.settled = True
+    driver = Driver(Settings(), report.config, report, lambda line: None, None, None)
+    driver.procs = [Proc("w1", 0), Proc("w2", 1, started_up=False), Proc("w3", 3),
+                    Proc("w4", -9)]
+    await settle.final_stop(driver)
+    assert [f.split(" ", 1)[0] for f in report.findings] == ["w2", "w3"]
+    assert [v.text.split(" ", 1)[0] for v in report.violations] == ["w4"]
