@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from labs.fences import NAMES, legacy_failed_listener, lookup
+from labs.fences import NAMES, Effects, legacy_failed_listener, lookup
 from teamdesk.tasks.lease import leased_update
 from teamdesk.tasks.reminder_effects import write_reminder_effects
 from teamdesk.tasks.runner import PRODUCT, Seams
@@ -39,7 +39,7 @@ def seams_for(name: str | None) -> Seams:
     entry = lookup(name)
     # What the old code changed is reported in this process's log lines; the effects list
     # it also appends to is read by no one here (a lab reads it, `Switch.effects`).
-    effects: list[str] = []
+    effects: Effects = []
     return Seams(on_worker=entry.on_worker,
                  fence=entry.fence(effects) if entry.fence else leased_update,
                  reminder_effects=(entry.reminder_effects(effects) if entry.reminder_effects

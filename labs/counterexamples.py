@@ -49,7 +49,7 @@ class Switch:
     reminder_effects: ReminderEffects | None = None
     #: What it changed: one line per write it let through or redirected (the list its old
     #: fence and effects step append to).
-    effects: list[str] = field(default_factory=list)
+    effects: fences.Effects = field(default_factory=list)
     on: bool = True
 
     def applies(self, actor: str | None) -> bool:
@@ -63,7 +63,7 @@ class Switch:
 
     def shown(self) -> list[str]:
         """`effects` in the edition's words, for a cell to print (compare `effects`)."""
-        return [e.shown() if isinstance(e, fences.Effect) else e for e in self.effects]
+        return [e.shown() for e in self.effects]
 
     def __repr__(self) -> str:
         who = f" for {self.actor}" if self.actor else ""
@@ -86,7 +86,7 @@ class LabFences:
             raise ValueError(say("fences.listener-only", "{bug} is a listener, not a fence: "
                                  "worker processes run it (labs.chaos, counterexample={bug!r}); "
                                  "in a lab, ch26d.LateCallback adds it to one worker", bug=bug))
-        effects: list[str] = []
+        effects: fences.Effects = []
         switch = Switch(bug, self, actor, effects=effects,
                         fence=entry.fence(effects) if entry.fence else None,
                         reminder_effects=(entry.reminder_effects(effects)

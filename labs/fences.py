@@ -93,7 +93,7 @@ class Effect(str):
 
 
 #: What an old fence changed: one line per write it let through or redirected.
-Effects = list[str]
+Effects = list[Effect]
 
 
 # ---------------------------------------------------------------- the old fences
@@ -226,7 +226,16 @@ def failed_listener(ledger: Ledger, act: FailedAct, *,
 
         fut = asyncio.ensure_future(run())
         pending.add(fut)
-        fut.add_done_callback(pending.discard)
+        fut.add_done_callback(finished)
+
+    def finished(fut: asyncio.Future) -> None:
+        # An error of `act` (the old write) goes to the loop's handler now — a lab books it
+        # (`labs.errors`) — rather than whenever the future is collected, if ever.
+        pending.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            fut.get_loop().call_exception_handler({
+                "message": "the failed listener's write raised", "exception": fut.exception(),
+                "future": fut})
 
     return on_failed
 

@@ -253,6 +253,14 @@ def _import_harness(km: Any, kc: Any, started: float, timeout: float) -> tuple[f
         km.shutdown_kernel(now=True)
 
 
+def servers_not_started(err: BaseException) -> list[Check]:
+    """The two servers' checks when they could not even be started or found (`err`, its
+    text masked: S2)."""
+    fix = "`teamdesk services status` shows the embedded servers; or set the two URLs"
+    return [Check("PostgreSQL", False, f"not started ({_said(err)})", fix),
+            Check("Redis", False, "not started (see PostgreSQL)", fix)]
+
+
 def kernel_check(measured: tuple[float, float] | BaseException) -> Check:
     if isinstance(measured, BaseException):
         return Check("kernel", False, f"did not start and import the harness "
@@ -331,7 +339,7 @@ def port_check(given: int | None, free: Callable[[int], bool] = port_free) -> Ch
                      "stop what listens there (another Jupyter?), or pass --port")
     if given is None and port != DEFAULT_PORT:
         return Check("lab port", True, f"{DEFAULT_PORT} is taken (another Jupyter?); the lab "
-                     f"will emit so and use {port}")
+                     f"will say so and use {port}")
     return Check("lab port", True, f"{port} is free")
 
 
@@ -409,9 +417,8 @@ def run(resolve: Callable[[], Settings], *, learners: int = 1, lang: str = "en",
     step("the servers (the embedded ones start if DATABASE_URL/REDIS_URL are unset)")
     settings = _attempt(resolve)
     if isinstance(settings, BaseException):
-        fix = "`teamdesk services status` shows the embedded servers; or set the two URLs"
-        done(Check("PostgreSQL", False, f"not started ({settings})", fix))
-        done(Check("Redis", False, "not started (see PostgreSQL)", fix))
+        for check in servers_not_started(settings):
+            done(check)
         servers_ok = False
     else:
         pg = _attempt(lambda: gather_postgres(settings.database_url))

@@ -24,6 +24,7 @@ from labs.exercises import Verdict, exercise, failed, first_line, passed
 from labs.i18n import listing, say
 from labs.statements import LAB_QUERIES
 from labs.worlds import own_world, world_context
+from teamdesk.db.templates import with_database
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -336,7 +337,7 @@ async def judge_isolation(fixture: Any, *, base: Settings, timeout: float = 60) 
     leaks += _what_they_saw(seen, ours)
     base_db, base_prefix = _db_name(base.database_url), base.queue_prefix
     dbs = {name: _db_name(s.database_url) for name, s in ours.items()}
-    with psycopg.connect(base.database_url.rsplit("/", 1)[0] + "/postgres") as conn:
+    with psycopg.connect(with_database(base.database_url, "postgres")) as conn:
         existing = {row[0] for row in conn.execute(
             LAB_QUERIES["databases_left"], {"names": sorted(set(dbs.values()) - {base_db})})}
     client = aioredis.Redis.from_url(base.redis_url, decode_responses=True)

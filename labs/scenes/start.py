@@ -126,11 +126,12 @@ async def judge_rows(fn: Any, *, settings: Settings | None = None) -> Verdict:
         made = await _exports_by_ben(lab)
     if notes:
         return failed(say("start.rows.stopped", "your export did not finish:"), *notes)
-    if whole_number(rows) is None:
+    counted = whole_number(rows)
+    if counted is None:
         return failed(say("start.rows.not-a-number", "your function returned {rows!r}: "
                           "return the number of rows (an int)", rows=rows),
                       rows=rows, truth=truth, exports=made)
-    rows = whole_number(rows)
+    rows = counted
     facts = {"rows": rows, "truth": truth, "exports": made}
     closed = [n for status, filters, n in made if status == "COMPLETED" and filters == CLOSED]
     if not closed:
