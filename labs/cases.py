@@ -32,7 +32,7 @@ import pandas as pd
 from devkit.i18n import Call, placeholders
 from labs import tables
 from labs.exercises import Context, Exercise, Verdict, failed, not_attempted, passed
-from labs.i18n import say
+from labs.i18n import quoted_at, say
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -192,8 +192,7 @@ def messages() -> list[Call]:
     found = []
     for case in declared().values():
         path = Path(sys.modules[case.stage.__module__].__file__ or "")
-        lines = path.read_text(encoding="utf-8").splitlines()
-        line = next((i for i, text in enumerate(lines, 1) if f'name="{case.name}"' in text), 1)
+        line = quoted_at(path, f'name="{case.name}"')
         found += [Call(path, line, key, en, frozenset(placeholders(en)))
                   for key, en in case.messages()]
     return found

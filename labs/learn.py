@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from devkit.i18n import Call
-from labs.i18n import made_key, say, translated
+from labs.i18n import made_key, quoted_at, say, translated
 
 #: The notebooks' answers given in words, by their English (see the module docstring).
 WORDS: tuple[str, ...] = (
@@ -75,10 +75,8 @@ def messages(answers: tuple[str, ...] | list[str] = WORDS, path: str = __file__)
     """`answers` (by default `WORDS`) as messages of the harness catalogue, each at the
     line of `path` that quotes it (`labs.messages` adds the chaos checker's invariant
     names this way)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [Call(Path(path), next((n for n, text in enumerate(lines, 1)
-                                   if f'"{answer}"' in text), 1),
-                 answer_key(answer), answer, frozenset()) for answer in answers]
+    return [Call(Path(path), quoted_at(Path(path), f'"{answer}"'), answer_key(answer), answer,
+                 frozenset()) for answer in answers]
 
 
 def _norm(value: Any) -> Any:

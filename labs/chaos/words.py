@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from devkit.i18n import Call, placeholders
-from labs.i18n import say
+from labs.i18n import quoted_at, say
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,9 @@ class Words:
     def messages(self) -> list[Call]:
         """The table as messages of the harness catalogue, each at the line of `path`
         that quotes its value."""
-        lines = Path(self.path).read_text(encoding="utf-8").splitlines()
         found = []
         for value, key in self.keys.items():
-            line = next((n for n, text in enumerate(lines, 1) if f'"{value}"' in text), 1)
+            line = quoted_at(Path(self.path), f'"{value}"')
             english = self.english(value)
             found.append(Call(Path(self.path), line, f"{self.prefix}.{key}", english,
                               frozenset(placeholders(english))))

@@ -26,6 +26,13 @@ def made_key(prefix: str, english: str) -> str:
     return f"{prefix}." + re.sub(r"[^a-z0-9]+", "-", english.lower()).strip("-")
 
 
+def quoted_at(path: Path, text: str) -> int:
+    """The number of the first line of `path` that holds `text` (1 if none does): where a
+    message whose key is made rather than written is shown to a translator."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return next((n for n, line in enumerate(lines, 1) if text in line), 1)
+
+
 def translated(key: str, lang: str | None = None) -> str | None:
     """The catalogue's text for `key` in the edition (or `lang`); None in English, or
     where the catalogue has none (a step a learner wrote into their copy)."""
@@ -34,4 +41,4 @@ def translated(key: str, lang: str | None = None) -> str | None:
     return found.text if found is not None else None
 
 
-__all__ = ["CATALOGUE", "listing", "made_key", "say", "translated"]
+__all__ = ["CATALOGUE", "listing", "made_key", "quoted_at", "say", "translated"]
