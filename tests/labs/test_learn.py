@@ -1,9 +1,9 @@
 """labs.learn: the predict/reveal helpers the notebooks use."""
 
-import json
 import re
 from pathlib import Path
 
+from devkit import notebook_cells as nb
 from labs import learn
 from labs.learn import reveal
 from labs.messages import made
@@ -50,13 +50,12 @@ def test_the_chinese_choices_of_a_prediction_are_taken_by_its_reveal(monkeypatch
     monkeypatch.setenv("TEAMDESK_LANG", "zh")
     checked = 0
     for path in sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")):
-        english = json.loads((ROOT / "notebooks" / path.name).read_text(encoding="utf-8"))
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        for en, zh in zip(english["cells"], cells, strict=True):
-            if "predict" not in zh["metadata"].get("tags", []):
+        english = nb.cells(ROOT / "notebooks" / path.name)
+        for en, zh in zip(english, nb.cells(path), strict=True):
+            if "predict" not in nb.tags(zh):
                 continue
-            offered = _choices("".join(zh["source"]))
-            line = next((ln for ln in "".join(en["source"]).splitlines()
+            offered = _choices(nb.source(zh))
+            line = next((ln for ln in nb.source(en).splitlines()
                          if "your guess" in ln), "")
             options = [o for o in re.findall(r'"([^"]+)"', line) if "{" not in o]
             for word in offered:
@@ -81,7 +80,6 @@ def test_every_word_answer_is_one_a_notebook_asks_for():
     """No stale entry in `WORDS`: each is a quoted choice in some notebook's code (a
     predict cell's options, an exercise's starter), so its Chinese form is one a learner
     can meet."""
-    code = " ".join("".join(c["source"]) for path in (ROOT / "notebooks").glob("[0-9]*.ipynb")
-                    for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
-                    if c["cell_type"] == "code")
+    code = " ".join(nb.source(c) for path in (ROOT / "notebooks").glob("[0-9]*.ipynb")
+                    for c in nb.cells(path) if c["cell_type"] == "code")
     assert [w for w in learn.WORDS if f'"{w}"' not in code] == []

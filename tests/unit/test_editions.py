@@ -42,8 +42,8 @@ def test_the_edition_is_whole_and_committed_as_built(name):
 def test_the_editions_have_the_same_cells_tags_and_code(name):
     en = notebook_cells.cells(ROOT / "notebooks" / f"{name}.ipynb")
     zh = notebook_cells.cells(ROOT / "notebooks" / "zh" / f"{name}.ipynb")
-    assert [(c["id"], c["cell_type"], c["metadata"].get("tags", [])) for c in en] == \
-        [(c["id"], c["cell_type"], c["metadata"].get("tags", [])) for c in zh]
+    assert [(c["id"], c["cell_type"], notebook_cells.tags(c)) for c in en] == \
+        [(c["id"], c["cell_type"], notebook_cells.tags(c)) for c in zh]
     for a, b in zip(en, zh, strict=True):
         if a["cell_type"] == "code":
             assert editions.code_skeleton(notebook_cells.source(a)) == \

@@ -57,7 +57,7 @@ def test_presenter_notes_are_tagged_and_say_so(path: Path):
     """A presenter note is left out of learner copies by its tag; its first words say
     whom it is for, so a note without the tag shows as one in the repository."""
     for cell in notebook_cells.cells(path):
-        tagged = "presenter" in cell["metadata"].get("tags", [])
+        tagged = "presenter" in notebook_cells.tags(cell)
         says = notebook_cells.source(cell).startswith("**Presenter:**")
         assert tagged == says, f"{path.name}: {''.join(cell['source'])[:60]!r}"
 
@@ -74,7 +74,7 @@ def slide_type_wanted(cell: dict) -> str | None:
     a screen of its own), a fragment per "What it proved/showed", notes for presenter
     cells, skip for hidden solutions and the assert-only checkpoints (`# contract:`)."""
     text = notebook_cells.source(cell)
-    tags = cell["metadata"].get("tags", [])
+    tags = notebook_cells.tags(cell)
     if "presenter" in tags:
         return "notes"
     if cell["cell_type"] == "markdown":

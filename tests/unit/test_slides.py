@@ -113,7 +113,7 @@ def test_the_vendored_revealjs_is_the_npm_packages(tmp_path):
 def test_the_deck_has_the_slides_its_metadata_asks_for(deck_26b):
     """Slides across and pages in all, counted from the notebook's metadata (the first
     shown cell opens a slide; each later `slide` another; each `subslide` a page below)."""
-    shown = [c for c in _cells("26b") if "solution" not in c["metadata"].get("tags", [])]
+    shown = [c for c in _cells("26b") if "solution" not in notebook_cells.tags(c)]
     visible = [c for c in shown if _kind(c) not in ("notes", "skip")]
     across = 1 + sum(_kind(c) == "slide" for c in visible[1:])
     pages = 1 + sum(_kind(c) in ("slide", "subslide") for c in visible[1:])
@@ -123,7 +123,7 @@ def test_the_deck_has_the_slides_its_metadata_asks_for(deck_26b):
     assert across > 10 and pages > across  # 26b is a real deck, with pages below slides
     # Every "What it proved" is a fragment, and so is each scene that answers a prediction:
     # the answer shows on a key press after the question.
-    held = sum(1 for i, c in enumerate(shown) if "predict" in c["metadata"].get("tags", [])
+    held = sum(1 for i, c in enumerate(shown) if "predict" in notebook_cells.tags(c)
                and next(_kind(d) for d in shown[i + 1:] if _kind(d) not in ("notes", "skip"))
                == "-")
     fragments = sum(_kind(c) == "fragment" for c in visible)
@@ -138,7 +138,7 @@ def test_no_solution_appears_and_the_presenter_speaks_in_the_notes(deck_26b):
     cells = _cells("26b")
     deck = _read(deck_26b.html)
     text = _flat("".join(deck.text))
-    solutions = [c for c in cells if "solution" in c["metadata"].get("tags", [])]
+    solutions = [c for c in cells if "solution" in notebook_cells.tags(c)]
     assert len(solutions) == 2
     for cell in solutions:
         first = _flat(notebook_cells.source(cell).splitlines()[0])
@@ -146,7 +146,7 @@ def test_no_solution_appears_and_the_presenter_speaks_in_the_notes(deck_26b):
     # The reading above does find code: the set-up cell's first line is there.
     setup = next(c for c in cells if c["cell_type"] == "code")
     assert _flat(notebook_cells.source(setup).splitlines()[0]) in text
-    presenter = [c for c in cells if "presenter" in c["metadata"].get("tags", [])]
+    presenter = [c for c in cells if "presenter" in notebook_cells.tags(c)]
     assert len(deck.notes) == len(presenter) == deck_26b.notes > 0
     for cell, note in zip(presenter, deck.notes, strict=True):
         said = _flat(re.sub(r"[*`_\[\]]", "", notebook_cells.source(cell)))
@@ -158,7 +158,7 @@ def test_a_note_shows_with_the_page_it_introduces(deck_26b):
     page: its speaker note is shown with it, not with the page before."""
     cells = _cells("26b")
     deck = _read(deck_26b.html)
-    presenter = [c for c in cells if "presenter" in c["metadata"].get("tags", [])]
+    presenter = [c for c in cells if "presenter" in notebook_cells.tags(c)]
     introduced = 0
     for cell, page in zip(presenter, deck.note_pages, strict=True):
         after = next(c for c in cells[cells.index(cell) + 1:] if _kind(c) != "notes")
@@ -174,7 +174,7 @@ def test_a_solution_is_left_out_by_its_tag_whatever_its_slide_type(tmp_path):
     """The kit marks solutions `skip`, but a solution that lost that metadata (or a new one
     not yet given it) still stays off the slides: the tag decides."""
     nb = json.loads((ROOT / "notebooks" / "26c-reminder-commit-gate.ipynb").read_text())
-    solutions = [c for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])]
+    solutions = [c for c in nb["cells"] if "solution" in notebook_cells.tags(c)]
     for cell in solutions:
         cell["metadata"].pop("slideshow", None)
     path = tmp_path / "notebooks" / "26c-reminder-commit-gate.ipynb"
@@ -232,7 +232,7 @@ def test_the_command_builds_every_deck_and_the_chinese_one_says_it_has_no_run(tm
     deck = _read(html)
     assert deck.sections == list(en[:2]) and len(deck.notes) == en[2]
     assert 'lang="zh"' in html.read_text(encoding="utf-8")[:200]
-    title = _flat("".join(_cells("26d", "zh")[0]["source"]).splitlines()[0].lstrip("# "))
+    title = _flat(notebook_cells.source(_cells("26d", "zh")[0]).splitlines()[0].lstrip("# "))
     assert title in _flat("".join(deck.text))
     assert 'class="jp-OutputArea-child' not in html.read_text(encoding="utf-8")
 
