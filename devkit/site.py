@@ -57,7 +57,7 @@ from typing import Any
 import nbformat
 
 from devkit import services
-from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks
+from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks, write_whole
 from devkit.i18n import CJK, LOCALES
 from devkit.notebook_cells import FENCE
 from teamdesk.redaction import redact_text
@@ -348,7 +348,9 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
                 raise _failure(name, err) from None
             seconds = time.monotonic() - started
             nb.metadata["teamdesk_site"] = {"key": key, "seconds": round(seconds, 1)}
-            nbformat.write(nb, cache / f"{name}.ipynb")
+            # Whole or not at all: the next build reads it back (`kept_run`), and half a
+            # file left by a cut write would stop that build there.
+            write_whole(cache / f"{name}.ipynb", nbformat.writes(nb) + "\n")
             with lock:
                 done[name] = nb
             report(f"中文 {name}: ran in {seconds:.0f} s ({len(done)}/{len(names)})")

@@ -104,6 +104,23 @@ def test_a_run_is_kept_until_its_notebook_or_the_code_changes(tmp_path, monkeypa
     assert len(calls) == 3
 
 
+def test_a_cut_write_leaves_the_kept_run_whole(tmp_path, monkeypatch):
+    """A kept run is written whole or not at all: a write that fails half-way (here, text
+    that cannot be encoded) leaves the last run as it was, and the next build reads it."""
+    args = dict(cache=tmp_path / "runs", lanes=[tmp_path / "a"], report=lambda m: None,
+                executor=_fake_run([]), hold=lambda folder: None)
+    site.run_zh(["24-reminders"], **args)
+    kept = tmp_path / "runs" / "24-reminders.ipynb"
+    before = kept.read_bytes()
+    monkeypatch.setattr(site, "run_inputs_digest", lambda root=ROOT: "other code")
+    monkeypatch.setattr(nbformat, "writes", lambda nb, *a, **k: '{"cells": [\ud800')
+    with pytest.raises(UnicodeEncodeError):
+        site.run_zh(["24-reminders"], **args)
+    monkeypatch.undo()
+    assert kept.read_bytes() == before and [p.name for p in kept.parent.glob(".*")] == []
+    assert site.run_zh(["24-reminders"], **args).keys() == {"24-reminders"}
+
+
 def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     with pytest.raises(site.SiteError) as err:
         site.run_zh(["24-reminders"], tmp_path / "runs", [tmp_path / "a"], lambda m: None,
