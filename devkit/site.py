@@ -328,8 +328,16 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
     base.setdefault("TEAMDESK_LAB_DATA_DIR", str(services.data_dir()))
     base["PYTHONUNBUFFERED"] = "1"
 
+    def stop_the_lanes() -> None:
+        with lock:
+            queue.clear()  # the other lanes stop after their current notebook
+
     def lane(folder: Path) -> None:
-        hold(folder)
+        try:
+            hold(folder)
+        except Exception:
+            stop_the_lanes()
+            raise  # the servers' own error: it names no notebook
         env = {**base, "TEAMDESK_DATA_DIR": str(folder)}
         while True:
             with lock:
@@ -343,8 +351,7 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
             try:
                 executor(nb, env, eds["zh"].notebooks, cache / f"{name}.kernel.log")
             except Exception as err:
-                with lock:
-                    queue.clear()  # the other lane stops after its current notebook
+                stop_the_lanes()
                 raise _failure(name, err) from None
             seconds = time.monotonic() - started
             nb.metadata["teamdesk_site"] = {"key": key, "seconds": round(seconds, 1)}

@@ -4,6 +4,8 @@ the course's pages, what a notebook page shows, the 中文 runs kept between bui
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -130,6 +132,34 @@ def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     assert "AssertionError: the board is empty" in err.value.problem
     assert "tasklab.py test notebooks/24-reminders.ipynb" in err.value.fix
     assert not (tmp_path / "runs" / "24-reminders.ipynb").exists()
+
+
+def test_a_lane_whose_servers_fail_stops_the_other_lanes(tmp_path, monkeypatch):
+    """When one lane's servers cannot start, the other lanes run no further notebook: the
+    error comes out as the servers raised it, not after every remaining run. The gate: the
+    healthy lane asks for its first notebook only once the failing lane has finished."""
+    futures, both = [], threading.Event()
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            futures.append(super().submit(fn, *args, **kwargs))
+            if len(futures) == 2:
+                both.set()
+            return futures[-1]
+
+    def hold(folder):
+        if folder.name == "b":
+            raise site.services.ServiceError("the Redis server of b did not start")
+        assert both.wait(30)
+        futures[1].exception(timeout=30)  # lane b is over
+
+    calls: list[str] = []
+    monkeypatch.setattr(site, "ThreadPoolExecutor", Pool)
+    with pytest.raises(site.services.ServiceError, match="Redis server of b"):
+        site.run_zh(["00-start-here", "23-outbox", "24-reminders"], tmp_path / "runs",
+                    [tmp_path / "a", tmp_path / "b"], lambda m: None,
+                    executor=_fake_run(calls), hold=hold)
+    assert calls == []
 
 
 def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
