@@ -60,6 +60,7 @@ from devkit import services
 from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks, write_whole
 from devkit.i18n import CJK, LOCALES
 from devkit.notebook_cells import FENCE
+from teamdesk.config import Settings
 from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,8 +281,11 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], cwd: Path, log: Path
 
 
 def _hold_servers(folder: Path) -> None:
-    """Start (or reuse) the embedded servers in `folder`, kept while this process lives."""
-    services.resolve_settings(owner_pid=os.getpid(), root=folder)
+    """Start (or reuse) the embedded servers in `folder`, kept while this process lives;
+    none with DATABASE_URL and REDIS_URL set (the notebooks use those, as everything does)."""
+    settings = Settings.from_env()
+    if not (settings.database_url and settings.redis_url):
+        services.ensure_services(owner_pid=os.getpid(), root=folder)
 
 
 def _zh_sources(root: Path = ROOT) -> dict[str, Path]:

@@ -4,6 +4,7 @@ the course's pages, what a notebook page shows, the 中文 runs kept between bui
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -160,6 +161,22 @@ def test_a_lane_whose_servers_fail_stops_the_other_lanes(tmp_path, monkeypatch):
                     [tmp_path / "a", tmp_path / "b"], lambda m: None,
                     executor=_fake_run(calls), hold=hold)
     assert calls == []
+
+
+def test_a_lane_holds_the_servers_of_its_folder_unless_the_urls_are_set(tmp_path, monkeypatch):
+    """A lane starts (or reuses) the embedded servers of its own folder, owned by the build;
+    with DATABASE_URL and REDIS_URL set it starts none, as every command of the lab."""
+    started = []
+    monkeypatch.setattr(site.services, "ensure_services",
+                        lambda **kwargs: started.append(kwargs))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    site._hold_servers(tmp_path / "a")
+    assert started == [{"owner_pid": os.getpid(), "root": tmp_path / "a"}]
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:p@db/x")
+    monkeypatch.setenv("REDIS_URL", "redis://cache:6379/0")
+    site._hold_servers(tmp_path / "b")
+    assert len(started) == 1
 
 
 def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
