@@ -40,8 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from devkit import notebook_cells, services
+from devkit.copies import PRESENTER_TAG, source_notebooks
 from devkit.i18n import HAN
 from devkit.site import CELL_TIMEOUT_S
+from devkit.slides import SOLUTION_TAG
 
 PROJECT = Path(__file__).resolve().parents[1]
 COURSE_MAP = PROJECT / "docs" / "teaching" / "course-map.md"
@@ -149,14 +151,14 @@ def estimate(cells: list[dict[str, Any]], name: str, *, course_map: str | None =
         text, tags = notebook_cells.source(cell), notebook_cells.tags(cell)
         number, heading, part = sections[i]
         where = "optional" if number in optional_sections else part
-        if "presenter" in tags:
+        if PRESENTER_TAG in tags:
             continue
         if "exercise" in tags:
             what, core, minutes = _exercise(cell, name, heading, listed)
             result.add(where if core else "optional", f"{what} (cell {i})", minutes)
         if "predict" in tags:
             result.add(where, f"prediction (cell {i})", PREDICT_MIN)
-        hidden = "solution" in tags and cell.get("metadata", {}).get("jupyter", {}).get(
+        hidden = SOLUTION_TAG in tags and cell.get("metadata", {}).get("jupyter", {}).get(
             "source_hidden", False)
         if not hidden:
             result.add(where, f"reading cell {i}",
@@ -263,7 +265,7 @@ def main(argv: list[str]) -> int:
             path = Path(arg).resolve()
             _record(path.stem, measure(path))
             print(f"measured {path.name}")
-    for path in sorted((PROJECT / "notebooks").glob("[0-9]*.ipynb")):
+    for path in source_notebooks(PROJECT):
         en = notebook_estimate(path).rounded
         zh_path = PROJECT / "notebooks" / "zh" / path.name
         zh = notebook_estimate(zh_path).rounded if zh_path.is_file() else None
