@@ -56,7 +56,7 @@ from typing import Any
 
 import nbformat
 
-from devkit import services
+from devkit import notebook_cells, services
 from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks, write_whole
 from devkit.i18n import CJK, LOCALES
 from devkit.notebook_cells import FENCE
@@ -131,10 +131,10 @@ def chapters(root: Path = ROOT) -> list[str]:
 def site_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """`nb` as the site shows it: without presenter notes, hidden sources behind a toggle."""
     nb = nbformat.from_dict(nb)
-    nb.cells = [c for c in nb.cells if PRESENTER_TAG not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if PRESENTER_TAG not in notebook_cells.tags(c)]
     for cell in nb.cells:
         hidden = cell.metadata.get("jupyter", {})
-        tags = list(cell.metadata.get("tags", []))
+        tags = list(notebook_cells.tags(cell))  # a copy: the page adds to it
         for flag, tag in (("source_hidden", "hide-input"), ("outputs_hidden", "hide-output")):
             if hidden.get(flag) and tag not in tags:
                 tags.append(tag)
