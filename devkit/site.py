@@ -492,8 +492,7 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
             for lang, ed in eds.items()}
     for lang, ed in eds.items():
         other = next(o for o in eds.values() if o.lang != lang)
-        twins = {"lang": lang, "other": other.lang, "label": other.label,
-                 "pages": sorted(docs[other.lang])}
+        twins = {"other": other.lang, "label": other.label, "pages": sorted(docs[other.lang])}
         progress(f"building the {ed.label} pages (Sphinx) …")
         mirror(sphinx(ed, work, twins), out / lang)
     _write_if_changed(out / "index.html", (CONF / "root.html").read_bytes())
