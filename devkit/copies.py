@@ -159,7 +159,7 @@ def version_fingerprint(copy: dict[str, Any]) -> str:
     return _digest({**copy, "metadata": meta, "cells": cells})
 
 
-def _write_whole(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     """`text` into `path`, whole or not at all: a hidden temporary file beside it (its own
     name, so two writers never share one), then a rename; removed if anything fails."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
@@ -178,7 +178,7 @@ def write_notebook(path: Path, nb: dict[str, Any]) -> None:
     """Write notebook JSON `nb` in nbformat's own layout (indent 1, sorted keys, a final
     newline), atomically: Jupyter's next save of it, and a tool's edit of a repository
     notebook, change nothing but what was meant."""
-    _write_whole(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    write_whole(path, json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def _work_of(path: Path) -> str | None:
@@ -206,7 +206,7 @@ def _load_records(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def _save_records(folder: Path, records: dict[str, dict[str, Any]]) -> None:
-    _write_whole(folder / MANIFEST, json.dumps(
+    write_whole(folder / MANIFEST, json.dumps(
         {"format": MANIFEST_FORMAT, "copies": records}, indent=1, sort_keys=True) + "\n")
 
 

@@ -109,29 +109,27 @@ def configure(c: Any, environ: Mapping[str, str] = os.environ) -> None:
         c.MappingKernelManager.cull_busy = False  # a long chaos run is not idle
 
 
-#: JupyterLab's display language per edition: the `locale` of its
-#: `@jupyterlab/translation-extension:plugin` setting (the 中文 one needs the
-#: `jupyterlab-language-pack-zh-CN` package, in the `lab` extra). English is said outright,
-#: not left at JupyterLab's "default", which follows the server's system locale: a Chinese
-#: laptop's `--lang en` lab would otherwise show Chinese menus.
-JUPYTERLAB_LOCALES = i18n.LOCALES
-
-#: One Jupyter config folder per edition, holding only its `labconfig/` language override.
+#: One Jupyter config folder per edition, holding only its `labconfig/` language override:
+#: the `locale` of JupyterLab's `@jupyterlab/translation-extension:plugin` setting, the
+#: edition's `i18n.LOCALES` (the 中文 one needs the `jupyterlab-language-pack-zh-CN`
+#: package, in the `lab` extra). English is said outright, not left at JupyterLab's
+#: "default", which follows the server's system locale: a Chinese laptop's `--lang en` lab
+#: would otherwise show Chinese menus.
 EDITIONS_CONFIG_DIR = LAB_CONFIG_DIR / "editions"
 
 
 def edition_config_dir(lang: str) -> Path:
     """The config folder whose `labconfig/default_setting_overrides.json` sets JupyterLab's
-    language to edition `lang`'s (`JUPYTERLAB_LOCALES`)."""
+    language to edition `lang`'s (`i18n.LOCALES`)."""
     return EDITIONS_CONFIG_DIR / lang
 
 
-def use_edition_locale(environ: MutableMapping[str, str]) -> str:
+def use_edition_locale(environ: MutableMapping[str, str]) -> None:
     """Put the lab's edition's language override (`edition_config_dir(lab_lang(environ))`)
     first on `JUPYTER_CONFIG_PATH` (another edition's taken off), so JupyterLab's menus
-    speak the edition; returns the edition. The config file calls it in the server's own
-    process, before JupyterLab reads its settings overrides from the config path — which
-    happens once, when its handlers are set up. An override is a default: a language the
+    speak the edition. The config file calls it in the server's own process, before
+    JupyterLab reads its settings overrides from the config path — which happens once,
+    when its handlers are set up. An override is a default: a language the
     learner picks in *Settings → Language* (their user settings) still wins. Nothing is
     written outside the project."""
     lang = lab_lang(environ)
@@ -139,7 +137,6 @@ def use_edition_locale(environ: MutableMapping[str, str]) -> str:
               if p and Path(p).parent != EDITIONS_CONFIG_DIR]
     environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         dict.fromkeys([str(edition_config_dir(lang)), *others]))
-    return lang
 
 
 def use_lab_settings(environ: MutableMapping[str, str]) -> None:

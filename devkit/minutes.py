@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -38,8 +39,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from devkit import notebook_cells
+from devkit import notebook_cells, services
+from devkit.copies import PRESENTER_TAG, source_notebooks
 from devkit.i18n import HAN
+from devkit.site import CELL_TIMEOUT_S
+from devkit.slides import SOLUTION_TAG
 
 PROJECT = Path(__file__).resolve().parents[1]
 COURSE_MAP = PROJECT / "docs" / "teaching" / "course-map.md"
@@ -147,14 +151,14 @@ def estimate(cells: list[dict[str, Any]], name: str, *, course_map: str | None =
         text, tags = notebook_cells.source(cell), notebook_cells.tags(cell)
         number, heading, part = sections[i]
         where = "optional" if number in optional_sections else part
-        if "presenter" in tags:
+        if PRESENTER_TAG in tags:
             continue
         if "exercise" in tags:
             what, core, minutes = _exercise(cell, name, heading, listed)
             result.add(where if core else "optional", f"{what} (cell {i})", minutes)
         if "predict" in tags:
             result.add(where, f"prediction (cell {i})", PREDICT_MIN)
-        hidden = "solution" in tags and cell.get("metadata", {}).get("jupyter", {}).get(
+        hidden = SOLUTION_TAG in tags and cell.get("metadata", {}).get("jupyter", {}).get(
             "source_hidden", False)
         if not hidden:
             result.add(where, f"reading cell {i}",
@@ -220,23 +224,28 @@ def header_figures(cells: list[dict[str, Any]]) -> tuple[int, int] | None:
 # ------------------------------------------------------------------ measuring the cells
 
 def measure(path: Path) -> dict[str, float]:
-    """Run a copy of the notebook headless (nbconvert, cell timing recorded) and return
-    each code cell's seconds by cell id; the notebook itself is not touched."""
+    """Run a copy of the notebook headless (nbconvert, which records each cell's timing)
+    and return each code cell's seconds by cell id; the notebook itself is not touched.
+    The run has embedded servers of its own (`.teamdesk-measure/`, a sibling of the lab's,
+    as the suite's and the site's are): the notebooks stop and restart their servers,
+    which must never be an open lab's. A pytest run inside a notebook keeps them
+    (TEAMDESK_LAB_DATA_DIR set, as in the suite)."""
+    lab = services.data_dir()
+    env = {**os.environ, "TEAMDESK_DATA_DIR": f"{lab}-measure"}
+    env.setdefault("TEAMDESK_LAB_DATA_DIR", str(lab))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / path.name
         subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
-                        "--execute", "--ExecutePreprocessor.record_timing=True",
-                        "--ExecutePreprocessor.timeout=120", "--output", str(out),
-                        str(path)], check=True, cwd=path.parent)
+                        "--execute", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT_S}",
+                        "--output", str(out), str(path)], check=True, cwd=path.parent, env=env)
         cells = notebook_cells.cells(out)
     timed: dict[str, float] = {}
     for cell in cells:
         stamps = cell.get("metadata", {}).get("execution", {})
         began, ended = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
         if cell["cell_type"] == "code" and began and ended:
-            timed[cell["id"]] = round((datetime.fromisoformat(ended.replace("Z", "+00:00"))
-                                       - datetime.fromisoformat(began.replace("Z", "+00:00"))
-                                       ).total_seconds(), 2)
+            timed[cell["id"]] = round(
+                (datetime.fromisoformat(ended) - datetime.fromisoformat(began)).total_seconds(), 2)
     return timed
 
 
@@ -256,7 +265,7 @@ def main(argv: list[str]) -> int:
             path = Path(arg).resolve()
             _record(path.stem, measure(path))
             print(f"measured {path.name}")
-    for path in sorted((PROJECT / "notebooks").glob("[0-9]*.ipynb")):
+    for path in source_notebooks(PROJECT):
         en = notebook_estimate(path).rounded
         zh_path = PROJECT / "notebooks" / "zh" / path.name
         zh = notebook_estimate(zh_path).rounded if zh_path.is_file() else None

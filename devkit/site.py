@@ -56,10 +56,11 @@ from typing import Any
 
 import nbformat
 
-from devkit import services
-from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks
+from devkit import notebook_cells, services
+from devkit.copies import PRESENTER_TAG, resolve_names, source_notebooks, write_whole
 from devkit.i18n import CJK, LOCALES
 from devkit.notebook_cells import FENCE
+from teamdesk.config import Settings
 from teamdesk.redaction import redact_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,10 +131,10 @@ def chapters(root: Path = ROOT) -> list[str]:
 def site_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """`nb` as the site shows it: without presenter notes, hidden sources behind a toggle."""
     nb = nbformat.from_dict(nb)
-    nb.cells = [c for c in nb.cells if PRESENTER_TAG not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if PRESENTER_TAG not in notebook_cells.tags(c)]
     for cell in nb.cells:
         hidden = cell.metadata.get("jupyter", {})
-        tags = list(cell.metadata.get("tags", []))
+        tags = list(notebook_cells.tags(cell))  # a copy: the page adds to it
         for flag, tag in (("source_hidden", "hide-input"), ("outputs_hidden", "hide-output")):
             if hidden.get(flag) and tag not in tags:
                 tags.append(tag)
@@ -280,8 +281,11 @@ def execute(nb: nbformat.NotebookNode, env: dict[str, str], cwd: Path, log: Path
 
 
 def _hold_servers(folder: Path) -> None:
-    """Start (or reuse) the embedded servers in `folder`, kept while this process lives."""
-    services.resolve_settings(owner_pid=os.getpid(), root=folder)
+    """Start (or reuse) the embedded servers in `folder`, kept while this process lives;
+    none with DATABASE_URL and REDIS_URL set (the notebooks use those, as everything does)."""
+    settings = Settings.from_env()
+    if not (settings.database_url and settings.redis_url):
+        services.ensure_services(owner_pid=os.getpid(), root=folder)
 
 
 def _zh_sources(root: Path = ROOT) -> dict[str, Path]:
@@ -328,8 +332,16 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
     base.setdefault("TEAMDESK_LAB_DATA_DIR", str(services.data_dir()))
     base["PYTHONUNBUFFERED"] = "1"
 
+    def stop_the_lanes() -> None:
+        with lock:
+            queue.clear()  # the other lanes stop after their current notebook
+
     def lane(folder: Path) -> None:
-        hold(folder)
+        try:
+            hold(folder)
+        except Exception:
+            stop_the_lanes()
+            raise  # the servers' own error: it names no notebook
         env = {**base, "TEAMDESK_DATA_DIR": str(folder)}
         while True:
             with lock:
@@ -343,12 +355,13 @@ def run_zh(names: Sequence[str], cache: Path, lanes: Sequence[Path], report: Cal
             try:
                 executor(nb, env, eds["zh"].notebooks, cache / f"{name}.kernel.log")
             except Exception as err:
-                with lock:
-                    queue.clear()  # the other lane stops after its current notebook
+                stop_the_lanes()
                 raise _failure(name, err) from None
             seconds = time.monotonic() - started
             nb.metadata["teamdesk_site"] = {"key": key, "seconds": round(seconds, 1)}
-            nbformat.write(nb, cache / f"{name}.ipynb")
+            # Whole or not at all: the next build reads it back (`kept_run`), and half a
+            # file left by a cut write would stop that build there.
+            write_whole(cache / f"{name}.ipynb", nbformat.writes(nb) + "\n")
             with lock:
                 done[name] = nb
             report(f"中文 {name}: ran in {seconds:.0f} s ({len(done)}/{len(names)})")
@@ -479,8 +492,7 @@ def build(out: Path = OUT, work: Path = WORK, run: Sequence[str] | None = None,
             for lang, ed in eds.items()}
     for lang, ed in eds.items():
         other = next(o for o in eds.values() if o.lang != lang)
-        twins = {"lang": lang, "other": other.lang, "label": other.label,
-                 "pages": sorted(docs[other.lang])}
+        twins = {"other": other.lang, "label": other.label, "pages": sorted(docs[other.lang])}
         progress(f"building the {ed.label} pages (Sphinx) …")
         mirror(sphinx(ed, work, twins), out / lang)
     _write_if_changed(out / "index.html", (CONF / "root.html").read_bytes())

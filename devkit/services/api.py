@@ -157,14 +157,12 @@ def _version(cmd: list[str]) -> str:
         return f"unavailable ({err.strerror})"
 
 
-def resolve_settings(settings: Settings | None = None, *, owner_pid: int | None = None,
-                     root: Path | None = None) -> Settings:
-    """Settings with both URLs filled in: from the environment, or the embedded servers of
-    data folder `root` (default: `data_dir()`)."""
+def resolve_settings(settings: Settings | None = None, *, owner_pid: int | None = None) -> Settings:
+    """Settings with both URLs filled in: from the environment, or the embedded default."""
     settings = settings or Settings.from_env()
     if settings.database_url and settings.redis_url:
         return settings
-    urls = ensure_services(owner_pid=owner_pid, root=root)
+    urls = ensure_services(owner_pid=owner_pid)
     return settings.replace(
         database_url=settings.database_url or urls.database_url,
         redis_url=settings.redis_url or urls.redis_url,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config, PyFileConfigLoader
 
+from devkit.i18n import LOCALES
 from devkit.jupyter_settings import (
     EDITIONS_CONFIG_DIR,
     HUB_KERNEL_IDLE_TIMEOUT_S,
-    JUPYTERLAB_LOCALES,
     LAB_CONFIG_DIR,
     LAB_HIDDEN_FILES,
     configure,
@@ -85,10 +85,10 @@ def test_jupyterlabs_menus_speak_the_edition(monkeypatch, tmp_path):
 
 
 def test_each_editions_override_file_says_its_locale():
-    """One folder per edition, each with the locale `JUPYTERLAB_LOCALES` names, and the
+    """One folder per edition, each with the locale `i18n.LOCALES` names, and the
     editions are the lab's."""
-    assert set(JUPYTERLAB_LOCALES) == {p.name for p in EDITIONS_CONFIG_DIR.iterdir()}
-    for lang, locale in JUPYTERLAB_LOCALES.items():
+    assert set(LOCALES) == {p.name for p in EDITIONS_CONFIG_DIR.iterdir()}
+    for lang, locale in LOCALES.items():
         file = edition_config_dir(lang) / "labconfig" / "default_setting_overrides.json"
         assert json.loads(file.read_text()) == {
             "@jupyterlab/translation-extension:plugin": {"locale": locale}}

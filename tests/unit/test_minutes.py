@@ -7,12 +7,14 @@ prints the figures)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from devkit import notebook_cells
+from devkit import notebook_cells, site
 from devkit.minutes import (
     CASE_MIN,
     PREDICT_MIN,
@@ -20,6 +22,7 @@ from devkit.minutes import (
     course_map_exercises,
     estimate,
     header_figures,
+    measure,
     notebook_estimate,
     reading_minutes,
 )
@@ -129,3 +132,30 @@ def test_the_course_map_rows_that_name_an_exercise() -> None:
     assert course_map_exercises(COURSE) == {("99-demo", "练习 A"): (12.0, True),
                                             ("99-demo", "练习 B"): (15.0, False)}
     assert reading_minutes("```ts\nx\ny\n```\n" + "w " * 100) == pytest.approx(0.5 + 4 / 20)
+
+
+def test_measuring_runs_on_servers_of_its_own(tmp_path, monkeypatch) -> None:
+    """`--measure` runs a notebook that stops and restarts its servers, so not on the
+    lab's (`.teamdesk/`, what an open JupyterLab uses): on a sibling folder of its own, with
+    the lab's noted for a pytest run inside the notebook; each cell's seconds come from
+    the timestamps nbclient records (ISO 8601 with a `Z`)."""
+    lab = tmp_path / ".teamdesk"
+    monkeypatch.setenv("TEAMDESK_DATA_DIR", str(lab))
+    monkeypatch.delenv("TEAMDESK_LAB_DATA_DIR", raising=False)
+    seen = {}
+
+    def run(cmd, *, check, cwd, env=None):
+        seen.update(env=env or dict(os.environ), cmd=cmd)  # no env: the caller's
+        out = Path(cmd[cmd.index("--output") + 1])
+        cell = {"cell_type": "code", "id": "c1", "source": "", "outputs": [],
+                "execution_count": 1, "metadata": {"execution": {
+                    "iopub.execute_input": "2026-01-01T10:00:00.250000Z",
+                    "shell.execute_reply": "2026-01-01T10:00:02.000000Z"}}}
+        out.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                   "nbformat_minor": 5}), encoding="utf-8")
+
+    monkeypatch.setattr("devkit.minutes.subprocess.run", run)
+    assert measure(tmp_path / "23-outbox.ipynb") == {"c1": 1.75}
+    assert seen["env"]["TEAMDESK_DATA_DIR"] == f"{lab.resolve()}-measure"
+    assert seen["env"]["TEAMDESK_LAB_DATA_DIR"] == str(lab.resolve())
+    assert f"--ExecutePreprocessor.timeout={site.CELL_TIMEOUT_S}" in seen["cmd"]

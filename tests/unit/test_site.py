@@ -4,6 +4,9 @@ the course's pages, what a notebook page shows, the 中文 runs kept between bui
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,6 +107,23 @@ def test_a_run_is_kept_until_its_notebook_or_the_code_changes(tmp_path, monkeypa
     assert len(calls) == 3
 
 
+def test_a_cut_write_leaves_the_kept_run_whole(tmp_path, monkeypatch):
+    """A kept run is written whole or not at all: a write that fails half-way (here, text
+    that cannot be encoded) leaves the last run as it was, and the next build reads it."""
+    args = dict(cache=tmp_path / "runs", lanes=[tmp_path / "a"], report=lambda m: None,
+                executor=_fake_run([]), hold=lambda folder: None)
+    site.run_zh(["24-reminders"], **args)
+    kept = tmp_path / "runs" / "24-reminders.ipynb"
+    before = kept.read_bytes()
+    monkeypatch.setattr(site, "run_inputs_digest", lambda root=ROOT: "other code")
+    monkeypatch.setattr(nbformat, "writes", lambda nb, *a, **k: '{"cells": [\ud800')
+    with pytest.raises(UnicodeEncodeError):
+        site.run_zh(["24-reminders"], **args)
+    monkeypatch.undo()
+    assert kept.read_bytes() == before and [p.name for p in kept.parent.glob(".*")] == []
+    assert site.run_zh(["24-reminders"], **args).keys() == {"24-reminders"}
+
+
 def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     with pytest.raises(site.SiteError) as err:
         site.run_zh(["24-reminders"], tmp_path / "runs", [tmp_path / "a"], lambda m: None,
@@ -113,6 +133,50 @@ def test_a_failed_run_names_the_notebook_and_the_error(tmp_path):
     assert "AssertionError: the board is empty" in err.value.problem
     assert "tasklab.py test notebooks/24-reminders.ipynb" in err.value.fix
     assert not (tmp_path / "runs" / "24-reminders.ipynb").exists()
+
+
+def test_a_lane_whose_servers_fail_stops_the_other_lanes(tmp_path, monkeypatch):
+    """When one lane's servers cannot start, the other lanes run no further notebook: the
+    error comes out as the servers raised it, not after every remaining run. The gate: the
+    healthy lane asks for its first notebook only once the failing lane has finished."""
+    futures, both = [], threading.Event()
+
+    class Pool(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            futures.append(super().submit(fn, *args, **kwargs))
+            if len(futures) == 2:
+                both.set()
+            return futures[-1]
+
+    def hold(folder):
+        if folder.name == "b":
+            raise site.services.ServiceError("the Redis server of b did not start")
+        assert both.wait(30)
+        futures[1].exception(timeout=30)  # lane b is over
+
+    calls: list[str] = []
+    monkeypatch.setattr(site, "ThreadPoolExecutor", Pool)
+    with pytest.raises(site.services.ServiceError, match="Redis server of b"):
+        site.run_zh(["00-start-here", "23-outbox", "24-reminders"], tmp_path / "runs",
+                    [tmp_path / "a", tmp_path / "b"], lambda m: None,
+                    executor=_fake_run(calls), hold=hold)
+    assert calls == []
+
+
+def test_a_lane_holds_the_servers_of_its_folder_unless_the_urls_are_set(tmp_path, monkeypatch):
+    """A lane starts (or reuses) the embedded servers of its own folder, owned by the build;
+    with DATABASE_URL and REDIS_URL set it starts none, as every command of the lab."""
+    started = []
+    monkeypatch.setattr(site.services, "ensure_services",
+                        lambda **kwargs: started.append(kwargs))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    site._hold_servers(tmp_path / "a")
+    assert started == [{"owner_pid": os.getpid(), "root": tmp_path / "a"}]
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:p@db/x")
+    monkeypatch.setenv("REDIS_URL", "redis://cache:6379/0")
+    site._hold_servers(tmp_path / "b")
+    assert len(started) == 1
 
 
 def test_a_failure_or_a_server_error_shows_no_password(monkeypatch, capsys):
