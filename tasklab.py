@@ -604,8 +604,8 @@ def needs_proxy(targets: "list[str]") -> bool:
 # --- The commands --------------------------------------------------------------------------
 
 
-def run(args: "list[str]") -> int:
-    return subprocess.run(args, cwd=ROOT).returncode
+def run(args: "list[str]", env: "dict[str, str] | None" = None) -> int:
+    return subprocess.run(args, cwd=ROOT, env=env).returncode
 
 
 def cmd_test(extra: "list[str]") -> int:
@@ -631,12 +631,18 @@ def cmd_test(extra: "list[str]") -> int:
 def cmd_regen(names: "list[str]") -> int:
     """Re-execute notebooks headlessly and store their outputs (never save from the UI)."""
     paths = names or sorted(str(p) for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    # Servers of their own (.teamdesk-regen/, as `devkit.minutes --measure` and the site
+    # have): the notebooks stop and restart their servers, which must never be an open
+    # lab's; a pytest run inside a notebook keeps them (TEAMDESK_LAB_DATA_DIR, as in the suite).
+    lab = os.environ.get("TEAMDESK_DATA_DIR") or str(ROOT / ".teamdesk")
+    env = {**os.environ, "TEAMDESK_DATA_DIR": f"{lab}-regen"}
+    env.setdefault("TEAMDESK_LAB_DATA_DIR", lab)
     for path in paths:
         _say(f"executing {path} …")
         start = time.monotonic()
         code = run([str(BIN / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
                     "--inplace", "--ExecutePreprocessor.record_timing=False",
-                    "--ExecutePreprocessor.timeout=120", path])
+                    "--ExecutePreprocessor.timeout=120", path], env=env)
         if code != 0:
             return code
         _say(f"{path}: {time.monotonic() - start:.1f} s")

@@ -532,3 +532,17 @@ def test_a_fast_installer_is_drawn_at_most_ten_times_a_second_and_each_phase_end
     assert len(drawn) < 40  # 179 lines
     assert "[tasklab]    0 s  downloading (135 packages, 19 downloaded)\n" in drawn
     assert "[tasklab]    0 s  installing (135 packages)\n" in drawn
+
+
+def test_regen_runs_the_notebooks_on_servers_of_their_own(monkeypatch, tmp_path):
+    """`tasklab.py regen` executes notebooks that stop and restart their servers: never an
+    open lab's (.teamdesk/), but .teamdesk-regen/ beside it, the lab's folder kept for a
+    pytest run inside a notebook (as the suite and `devkit.minutes --measure` do)."""
+    calls = []
+    monkeypatch.setattr(tasklab, "run", lambda args, env=None: calls.append(env) or 0)
+    monkeypatch.setenv("TEAMDESK_DATA_DIR", str(tmp_path / "lab"))
+    monkeypatch.delenv("TEAMDESK_LAB_DATA_DIR", raising=False)
+    assert tasklab.cmd_regen(["notebooks/00-start-here.ipynb"]) == 0
+    [env] = calls
+    assert env["TEAMDESK_DATA_DIR"] == f"{tmp_path / 'lab'}-regen"
+    assert env["TEAMDESK_LAB_DATA_DIR"] == str(tmp_path / "lab")
